@@ -1,0 +1,228 @@
+"""The content-free trace model that every reader produces and every policy replays.
+
+A trace holds sessions; a session is one prompt-cache domain. Blocks and requests are
+stored column-wise (numpy arrays) because replay and sweeps touch millions of them and
+per-object Python overhead would dominate. Nothing here holds message text: only counts,
+kinds, keyed hashes and times (see traces/README.md for the compiled on-disk form).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, IntFlag
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: Request index meaning "never": a block that is never hidden, or never compacted away.
+NEVER = np.iinfo(np.int32).max
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+U8 = npt.NDArray[np.uint8]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class Kind(IntEnum):
+    """What a block is; the API treats each kind differently (caching, clearing, stripping)."""
+
+    TEXT = 0
+    THINKING = 1
+    TOOL_USE = 2
+    TOOL_RESULT = 3
+    IMAGE = 4
+    #: Context the client added that the transcript does not log (re-injected attachments,
+    #: reminders); sized from the growth of the recorded usage.
+    INJECTED = 5
+    #: A compaction summary written by the recording agent.
+    SUMMARY = 6
+
+
+class Role(IntEnum):
+    USER = 0
+    ASSISTANT = 1
+    SYSTEM = 2
+
+
+class Flag(IntFlag):
+    NONE = 0
+    #: Written by the human (not by the agent, a tool or the client).
+    HUMAN = 1
+    #: Tool output that could be produced again by re-running the tool (Read, Grep, ...).
+    REGENERABLE = 2
+    #: Produced by the recording agent's own compaction; visible only under `as-recorded`.
+    ARTIFACT = 4
+    #: The tool call read the file named by `path_hash`.
+    PATH_READ = 8
+    #: The tool call wrote the file named by `path_hash`.
+    PATH_WRITE = 16
+    #: The tool result reported an error.
+    ERROR = 32
+
+
+BLOCK_COLUMNS: dict[str, Any] = {
+    "msg": np.int32,  # message index within the session (blocks of one message share it)
+    "kind": np.uint8,  # Kind
+    "role": np.uint8,  # Role
+    "tool": np.int32,  # index into Session.tools, -1 for none
+    "link": np.int32,  # tool_result -> index of its tool_use block (and back), -1 for none
+    "tokens_raw": np.int32,  # tiktoken cl100k estimate
+    "tokens": np.int32,  # estimate anchored to the recorded usage
+    "chars": np.int32,  # length of the content in characters (for char-based budgets)
+    "hash": np.uint64,  # keyed content hash (prefix matching only; never reversible)
+    "ts": np.int64,  # milliseconds since the Unix epoch, trace time
+    "first_request": np.int32,  # first request whose context holds the block
+    "hidden_from": np.int32,  # first request that no longer holds it (rewind); NEVER if none
+    "compacted_at": np.int32,  # first request after the recording compacted it away; NEVER
+    "origin": np.int32,  # request that produced it (assistant output), -1 otherwise
+    "flags": np.uint8,  # Flag
+    "path_hash": np.uint64,  # keyed hash of the file path read or written, 0 if none
+}
+
+REQUEST_COLUMNS: dict[str, Any] = {
+    "ts": np.int64,  # ms since epoch
+    "model": np.int32,  # index into Session.models
+    "has_usage": np.bool_,
+    "input": np.int64,  # uncached input tokens (Anthropic's `input_tokens`)
+    "cache_read": np.int64,
+    "cache_write_5m": np.int64,
+    "cache_write_1h": np.int64,
+    "output": np.int64,  # recorded output tokens, or the tokenizer's count where implausible
+    "output_recorded": np.int64,  # output tokens as the source reported them (max over lines)
+}
+
+
+def _empty(columns: dict[str, Any]) -> dict[str, npt.NDArray[Any]]:
+    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
+
+
+@dataclass
+class Columns:
+    """A set of equal-length numpy columns with a fixed schema."""
+
+    schema: dict[str, Any]
+    data: dict[str, npt.NDArray[Any]]
+
+    def __post_init__(self) -> None:
+        lengths = {len(v) for v in self.data.values()}
+        if set(self.data) != set(self.schema):
+            raise ValueError(f"columns {sorted(self.data)} do not match {sorted(self.schema)}")
+        if len(lengths) > 1:
+            raise ValueError(f"columns of unequal length: {lengths}")
+        for name, dtype in self.schema.items():
+            if self.data[name].dtype != np.dtype(dtype):
+                self.data[name] = self.data[name].astype(dtype)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.data.values()))) if self.data else 0
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        return self.data[name]
+
+    def equals(self, other: Columns) -> bool:
+        return self.schema.keys() == other.schema.keys() and all(
+            self.data[k].dtype == other.data[k].dtype
+            and np.array_equal(self.data[k], other.data[k])
+            for k in self.schema
+        )
+
+
+def block_columns(data: dict[str, npt.NDArray[Any]] | None = None) -> Columns:
+    return Columns(BLOCK_COLUMNS, data if data is not None else _empty(BLOCK_COLUMNS))
+
+
+def request_columns(data: dict[str, npt.NDArray[Any]] | None = None) -> Columns:
+    return Columns(REQUEST_COLUMNS, data if data is not None else _empty(REQUEST_COLUMNS))
+
+
+@dataclass(frozen=True)
+class CompactionEvent:
+    """A compaction the recording agent performed (kept as an event, not as history)."""
+
+    request: int  # first request whose recorded context is the compacted one
+    trigger: str  # "auto", "manual" or "unknown" (1.0.x logs only the summary)
+    pre_tokens: int  # context size before compaction as the agent reported it, -1 if unknown
+    summary_block: int  # index of the summary block, -1 if none was logged
+    ts: int  # ms since epoch
+
+
+@dataclass
+class Session:
+    """One prompt-cache domain: a main conversation, a subagent, or a compaction call."""
+
+    id: str
+    kind: str  # "main", "subagent" or "compaction"
+    parent: int  # index of the parent session in the trace, -1 for none
+    client: str  # recording client and version, e.g. "claude-code 2.1.9"
+    prefix_tokens: int  # inferred system + tools prefix (from the first recorded request)
+    tools: list[str]
+    models: list[str]
+    blocks: Columns = field(default_factory=block_columns)
+    requests: Columns = field(default_factory=request_columns)
+    events: list[CompactionEvent] = field(default_factory=list)
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.requests)
+
+    def recorded_context(self) -> I64:
+        """Recorded context size per request: input + cache read + cache writes."""
+        r = self.requests
+        total: I64 = r["input"] + r["cache_read"] + r["cache_write_5m"] + r["cache_write_1h"]
+        return total
+
+    def view_mask(self, request: int, *, as_recorded: bool = False) -> BoolArray:
+        """Blocks in the context of `request`: the logical history, or what was really sent."""
+        b = self.blocks
+        visible: BoolArray = (b["first_request"] <= request) & (request < b["hidden_from"])
+        artifact = (b["flags"] & Flag.ARTIFACT) != 0
+        if as_recorded:
+            visible &= request < b["compacted_at"]
+        else:
+            visible &= ~artifact
+        return visible
+
+
+@dataclass
+class Trace:
+    """One import unit (a session with its subagents), with where it came from."""
+
+    format: str  # source format: "claude-code", "codex", "swe-agent"
+    source_digest: str  # sha256 over the source bytes, the compile-cache key
+    sessions: list[Session]
+    #: Problems skipped under --lenient, by category (e.g. {"invalid-json": 3}).
+    skipped: dict[str, int] = field(default_factory=dict)
+    #: Where each skipped problem was, as "file-label:line" (labels, never machine paths).
+    skipped_at: list[str] = field(default_factory=list)
+    #: Lines read, lines ignored by type (metadata entries with no bearing on the context).
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def equals(self, other: Trace) -> bool:
+        """Exact structural equality (used to prove the compiled form round-trips)."""
+        if (self.format, self.source_digest, self.skipped, self.skipped_at, self.stats) != (
+            other.format,
+            other.source_digest,
+            other.skipped,
+            other.skipped_at,
+            other.stats,
+        ):
+            return False
+        if len(self.sessions) != len(other.sessions):
+            return False
+        for a, b in zip(self.sessions, other.sessions, strict=True):
+            same = (a.id, a.kind, a.parent, a.client, a.prefix_tokens, a.tools, a.models) == (
+                b.id,
+                b.kind,
+                b.parent,
+                b.client,
+                b.prefix_tokens,
+                b.tools,
+                b.models,
+            )
+            if not (same and a.events == b.events):
+                return False
+            if not (a.blocks.equals(b.blocks) and a.requests.equals(b.requests)):
+                return False
+        return True

@@ -1,0 +1,522 @@
+"""The Codex rollout reader: hand-computed expectations on tiny fixtures, bad input, and every
+real rollout in ../shared/traces/codex checked against counts taken straight from the raw JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from simulator.model import NEVER, CompactionEvent, Flag, Kind, Role, Session, Trace
+from traces import codex
+from traces.builder import RecordedUsage
+from traces.errors import Problems, TraceError
+from traces.source import ImportUnit, SourceFile
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "codex"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+def _read_bytes(data: bytes, label: str = "rollout.jsonl", *, lenient: bool = False) -> Trace:
+    unit = ImportUnit("codex", [SourceFile(Path(label), label)])
+    return codex.read(unit, [data], Problems(lenient=lenient))
+
+
+def _read(path: Path, *, lenient: bool = False) -> Trace:
+    unit = ImportUnit("codex", [SourceFile(path, path.name)])
+    return codex.read(unit, [path.read_bytes()], Problems(lenient=lenient))
+
+
+def _ms(second: int) -> int:
+    """Fixture timestamps are 2025-01-02T03:04:SS.000Z."""
+    return 1_735_787_040_000 + second * 1000
+
+
+def _usage(s: Session, k: int) -> RecordedUsage:
+    r = s.requests
+    return RecordedUsage(
+        int(r["input"][k]),
+        int(r["cache_read"][k]),
+        int(r["cache_write_5m"][k]),
+        int(r["cache_write_1h"][k]),
+        int(r["output_recorded"][k]),
+    )
+
+
+def _col(s: Session, name: str) -> list[int]:
+    return [int(v) for v in s.blocks[name]]
+
+
+def _assert_anchored(s: Session) -> None:
+    """Every request with usage: prefix + anchored blocks sent == recorded context."""
+    context = s.recorded_context()
+    for k in range(s.n_requests):
+        if s.requests["has_usage"][k]:
+            sent = int(s.blocks["tokens"][s.view_mask(k, as_recorded=True)].sum())
+            assert s.prefix_tokens + sent == int(context[k]), k
+
+
+# -- usage conversion -----------------------------------------------------------------------
+
+
+def test_openai_input_includes_cached_tokens() -> None:
+    u = codex.usage_from_openai(
+        {
+            "input_tokens": 1000,
+            "cached_input_tokens": 800,
+            "output_tokens": 50,
+            "reasoning_output_tokens": 30,
+            "total_tokens": 1050,
+        }
+    )
+    assert u == RecordedUsage(
+        input=200, cache_read=800, cache_write_5m=0, cache_write_1h=0, output=50
+    )
+    assert u.context == 1000  # the context size is OpenAI's input_tokens
+
+
+def test_openai_usage_without_cached_field() -> None:
+    u = codex.usage_from_openai({"input_tokens": 70, "output_tokens": 5})
+    assert u == RecordedUsage(70, 0, 0, 0, 5)
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"input_tokens": 10, "cached_input_tokens": 11, "output_tokens": 1},
+        {"input_tokens": -1, "output_tokens": 1},
+        {"input_tokens": "12", "output_tokens": 1},
+        {"input_tokens": True, "output_tokens": 1},
+        {"output_tokens": 1},
+    ],
+)
+def test_openai_usage_rejects_bad_counts(usage: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        codex.usage_from_openai(usage)
+
+
+def test_timestamps_are_utc_milliseconds() -> None:
+    assert codex.parse_ts("2025-01-02T03:04:05.000Z") == _ms(5)
+    assert codex.parse_ts("2025-01-02T03:04:05.250+00:00") == _ms(5) + 250
+    assert codex.parse_ts("2025-01-02T03:04:05") == _ms(5)  # naive: UTC, not local time
+    assert codex.parse_ts("2025-01-02T05:04:05+02:00") == _ms(5)
+    assert codex.parse_ts("yesterday") is None
+    assert codex.parse_ts(12) is None
+
+
+# -- orderings --------------------------------------------------------------------------------
+
+
+def test_old_ordering_token_count_before_items() -> None:
+    """Codex <= 0.42: token_count first, then the response's items and tool outputs."""
+    trace = _read(FIXTURES / "old_order.jsonl")
+    (s,) = trace.sessions
+    assert (s.id, s.kind, s.client) == ("fixture-old-order", "main", "codex 0.42.0")
+    assert s.n_requests == 3
+    assert [_usage(s, k) for k in range(3)] == [
+        RecordedUsage(1000, 0, 0, 0, 50),
+        RecordedUsage(300, 1000, 0, 0, 30),
+        RecordedUsage(120, 1280, 0, 0, 10),
+    ]
+    assert list(s.requests["has_usage"]) == [True, True, True]
+    assert [int(t) for t in s.requests["ts"]] == [_ms(4), _ms(6), _ms(8)]
+    assert [s.models[m] for m in s.requests["model"]] == [
+        "gpt-5-codex",
+        "gpt-5-codex",
+        "gpt-5-codex-mini",
+    ]
+    T, TH, TU, TR = Kind.TEXT, Kind.THINKING, Kind.TOOL_USE, Kind.TOOL_RESULT
+    assert _col(s, "kind") == [T, T, TH, TU, TR, T, T, T]
+    assert _col(s, "role") == [0, 0, 1, 1, 0, 1, 0, 1]
+    assert _col(s, "first_request") == [0, 0, 1, 1, 1, 2, 2, 3]
+    assert _col(s, "origin") == [-1, -1, 0, 0, -1, 1, -1, 2]
+    assert _col(s, "msg") == [0, 1, 2, 2, 3, 4, 5, 6]
+    assert _col(s, "link") == [-1, -1, -1, 4, 3, -1, -1, -1]
+    assert _col(s, "flags") == [
+        Flag.NONE,  # <environment_context> is the client's, not the human's
+        Flag.HUMAN,
+        Flag.NONE,
+        Flag.PATH_READ,
+        Flag.PATH_READ | Flag.REGENERABLE,
+        Flag.NONE,
+        Flag.HUMAN,
+        Flag.NONE,
+    ]
+    paths = _col(s, "path_hash")
+    assert paths[3] == paths[4] != 0
+    assert s.tools == ["shell"]
+    assert s.blocks["tool"][3] == s.blocks["tool"][4] == 0
+    # The reasoning item is sized from reasoning_output_tokens (not from its short summary)
+    # and the API stops counting it at the next user turn (request 2).
+    assert int(s.blocks["tokens_raw"][2]) == 20
+    assert _col(s, "hidden_from") == [NEVER, NEVER, 2, NEVER, NEVER, NEVER, NEVER, NEVER]
+    assert list(s.blocks["ts"][:3]) == [_ms(0), _ms(1), _ms(4)]
+    stats = trace.stats
+    assert stats["lines"] == 20
+    assert stats["token_counts"] == 3
+    assert stats["token_counts_repeated"] == 1
+    assert stats["token_counts_empty"] == 1
+    assert stats["lines_ignored"] == 3  # user_message, agent_reasoning, turn_aborted
+    assert stats["requests_without_usage"] == 0
+    assert trace.skipped == {} and trace.skipped_at == []
+    _assert_anchored(s)
+
+
+def test_new_ordering_items_before_token_count() -> None:
+    """Newer Codex: items stream first, token_count follows, tool outputs come after it."""
+    trace = _read(FIXTURES / "new_order.jsonl")
+    (s,) = trace.sessions
+    assert s.client == "codex 0.77.0"
+    assert s.n_requests == 3
+    assert [_usage(s, k) for k in range(3)] == [
+        RecordedUsage(1500, 500, 0, 0, 40),
+        RecordedUsage(400, 1900, 0, 0, 20),
+        RecordedUsage(400, 2100, 0, 0, 30),
+    ]
+    # A request's time is its first line: here its first output item.
+    assert [int(t) for t in s.requests["ts"]] == [_ms(12), _ms(16), _ms(19)]
+    T, TH, TU, TR = Kind.TEXT, Kind.THINKING, Kind.TOOL_USE, Kind.TOOL_RESULT
+    assert _col(s, "kind") == [T, TH, TU, TR, TU, TR, T]
+    assert _col(s, "first_request") == [0, 1, 1, 1, 2, 2, 3]
+    assert _col(s, "origin") == [-1, 0, 0, -1, 1, -1, 2]
+    assert _col(s, "link") == [-1, -1, 3, 2, 5, 4, -1]
+    assert [s.tools[t] if t >= 0 else None for t in s.blocks["tool"]] == [
+        None,
+        None,
+        "apply_patch",
+        "apply_patch",
+        "shell",
+        "shell",
+        None,
+    ]
+    assert _col(s, "flags") == [
+        Flag.HUMAN,
+        Flag.NONE,
+        Flag.PATH_WRITE,
+        Flag.PATH_WRITE,  # a write's output is not regenerable
+        Flag.NONE,
+        Flag.REGENERABLE | Flag.ERROR,  # exit_code 1
+        Flag.NONE,
+    ]
+    assert int(s.blocks["tokens_raw"][1]) == 16
+    assert trace.stats["token_counts"] == 3
+    assert trace.stats["token_counts_repeated"] == 1
+    _assert_anchored(s)
+
+
+def test_compaction_and_responses_without_token_count() -> None:
+    trace = _read(FIXTURES / "compaction.jsonl")
+    (s,) = trace.sessions
+    assert s.n_requests == 3
+    assert list(s.requests["has_usage"]) == [False, False, True]
+    assert _usage(s, 2) == RecordedUsage(600, 300, 0, 0, 25)
+    assert [int(t) for t in s.requests["ts"]] == [_ms(32), _ms(34), _ms(37)]
+    T, S = Kind.TEXT, Kind.SUMMARY
+    assert _col(s, "kind") == [T, T, T, T, S, T, T]
+    assert _col(s, "first_request") == [0, 1, 1, 2, 2, 2, 3]
+    assert _col(s, "compacted_at") == [2, 2, 2, 2, NEVER, NEVER, NEVER]
+    assert int(s.blocks["flags"][4]) == Flag.ARTIFACT
+    assert s.events == [
+        CompactionEvent(request=2, trigger="unknown", pre_tokens=-1, summary_block=4, ts=_ms(35))
+    ]
+    # The logical history keeps everything; what the recording sent stops at the summary.
+    assert list(np.nonzero(s.view_mask(2))[0]) == [0, 1, 2, 3, 5]
+    assert list(np.nonzero(s.view_mask(2, as_recorded=True))[0]) == [4, 5]
+    assert trace.stats["requests_without_usage"] == 2
+    assert trace.stats["compactions"] == 1
+    _assert_anchored(s)
+
+
+def test_reading_is_deterministic() -> None:
+    a = _read(FIXTURES / "old_order.jsonl")
+    b = _read(FIXTURES / "old_order.jsonl")
+    assert a.equals(b)
+
+
+# -- files a tool call reads or writes --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "expected"),
+    [
+        ("shell", {"command": ["bash", "-lc", "cat notes.txt"]}, (Flag.PATH_READ, "notes.txt")),
+        (
+            "shell",
+            {"command": ["bash", "-lc", "sed -n '1,80p' a/b.md"]},
+            (Flag.PATH_READ, "a/b.md"),
+        ),
+        (
+            "shell",
+            {"command": ["bash", "-lc", "head -n 20 x.py | wc -l"]},
+            (Flag.PATH_READ, "x.py"),
+        ),
+        ("shell", {"command": ["bash", "-lc", "sed -i 's/a/b/' x.py"]}, (Flag.PATH_WRITE, "x.py")),
+        ("shell", {"command": "cat > out.txt << EOF\nhi\nEOF"}, (Flag.PATH_WRITE, "out.txt")),
+        ("shell", {"command": ["bash", "-lc", "echo hi >> log.txt"]}, (Flag.PATH_WRITE, "log.txt")),
+        (
+            "shell",
+            {"command": ["powershell.exe", "-Command", "Get-Content -Path 'C:\\r\\a.md' -First 5"]},
+            (Flag.PATH_READ, "C:\\r\\a.md"),
+        ),
+        ("shell", {"command": ["bash", "-lc", "ls -la"]}, (Flag.NONE, None)),
+        ("shell", {"command": ["bash", "-lc", "cat a.txt b.txt"]}, (Flag.NONE, None)),
+        ("shell", {"command": ["bash", "-lc", "cd x && cat a.txt"]}, (Flag.NONE, None)),
+        (
+            "shell",
+            {"command": ["apply_patch", "*** Begin Patch\n*** Add File: n.py\n+x\n*** End Patch"]},
+            (Flag.PATH_WRITE, "n.py"),
+        ),
+        (
+            "apply_patch",
+            "*** Begin Patch\n*** Update File: m.py\n@@\n-a\n+b\n*** End Patch",
+            (Flag.PATH_WRITE, "m.py"),
+        ),
+        ("read_file", {"path": "r.txt"}, (Flag.PATH_READ, "r.txt")),
+        ("exec_command", {"cmd": "cat e.txt"}, (Flag.PATH_READ, "e.txt")),
+        ("update_plan", {"plan": []}, (Flag.NONE, None)),
+        ("shell", {"command": ["bash", "-lc", "cat 'unbalanced"]}, (Flag.NONE, None)),
+    ],
+)
+def test_call_file_access(name: str, arguments: Any, expected: tuple[Flag, str | None]) -> None:
+    assert codex.call_file_access(name, arguments) == expected
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+GOOD_META = b'{"timestamp":"2025-01-02T03:04:00Z","type":"session_meta","payload":{"id":"s"}}'
+GOOD_USER = (
+    b'{"timestamp":"2025-01-02T03:04:01Z","type":"response_item","payload":'
+    b'{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}}'
+)
+GOOD_TC = (
+    b'{"timestamp":"2025-01-02T03:04:02Z","type":"event_msg","payload":{"type":"token_count",'
+    b'"info":{"total_token_usage":{"input_tokens":9,"output_tokens":1,"total_tokens":10},'
+    b'"last_token_usage":{"input_tokens":9,"output_tokens":1,"total_tokens":10}}}}'
+)
+GOOD_REPLY = (
+    b'{"timestamp":"2025-01-02T03:04:02Z","type":"response_item","payload":'
+    b'{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("bad", "category"),
+    [
+        (b'{"timestamp": "2025-01-02T03:04:00Z", "type": ', "invalid-json"),
+        (b"[1, 2, 3]", "wrong-type"),
+        (b'{"timestamp":"2025-01-02T03:04:00Z","payload":{}}', "missing-field"),
+        (b'{"timestamp":"2025-01-02T03:04:00Z","type":7,"payload":{}}', "wrong-type"),
+        (b'{"timestamp":"2025-01-02T03:04:00Z","type":"mystery","payload":{}}', "unknown-type"),
+        (b'{"timestamp":"2025-01-02T03:04:00Z","type":"response_item","payload":[]}', "wrong-type"),
+        (b'{"type":"response_item","payload":{"type":"reasoning"}}', "missing-field"),
+        (b'{"timestamp":"soon","type":"turn_context","payload":{}}', "wrong-type"),
+        (
+            b'{"timestamp":"2025-01-02T03:04:00Z","type":"response_item","payload":{"type":"x"}}',
+            "unknown-type",
+        ),
+        (
+            b'{"timestamp":"2025-01-02T03:04:00Z","type":"response_item",'
+            b'"payload":{"type":"message","role":"user","content":"not a list"}}',
+            "wrong-type",
+        ),
+        (
+            b'{"timestamp":"2025-01-02T03:04:00Z","type":"response_item",'
+            b'"payload":{"type":"function_call_output","output":"x"}}',
+            "missing-field",
+        ),
+        (
+            b'{"timestamp":"2025-01-02T03:04:00Z","type":"response_item",'
+            b'"payload":{"type":"function_call_output","call_id":"nope","output":"x"}}',
+            "orphan-tool-result",
+        ),
+        (
+            b'{"timestamp":"2025-01-02T03:04:00Z","type":"event_msg","payload":{"type":'
+            b'"token_count","info":{"total_token_usage":{"input_tokens":"9"},'
+            b'"last_token_usage":{"input_tokens":9,"output_tokens":1}}}}',
+            "wrong-type",
+        ),
+        (
+            b'{"timestamp":"2025-01-02T03:04:00Z","type":"event_msg","payload":{"type":'
+            b'"token_count","info":{"last_token_usage":{"input_tokens":9,"output_tokens":1}}}}',
+            "missing-field",
+        ),
+        (
+            b'{"timestamp":"2025-01-02T03:04:00Z","type":"event_msg","payload":{"type":'
+            b'"token_count","info":{"total_token_usage":{"input_tokens":5},'
+            b'"last_token_usage":{"input_tokens":5,"cached_input_tokens":6,"output_tokens":1}}}}',
+            "wrong-type",
+        ),
+        (b"\x00\x01\x02\xff\xfe garbage \x03\x04", "binary-garbage"),
+    ],
+)
+def test_bad_line_strict_names_file_and_line(bad: bytes, category: str) -> None:
+    data = b"\n".join([GOOD_META, GOOD_USER, bad, GOOD_TC, GOOD_REPLY]) + b"\n"
+    with pytest.raises(TraceError) as err:
+        _read_bytes(data, "dir/some-rollout.jsonl")
+    assert (err.value.file, err.value.line, err.value.category) == (
+        "dir/some-rollout.jsonl",
+        3,
+        category,
+    )
+    assert "dir/some-rollout.jsonl:3" in str(err.value)
+
+
+@pytest.mark.parametrize("bad", [b"{not json", b'{"type":"mystery","payload":{}}', b"[]"])
+def test_bad_line_lenient_skips_and_counts(bad: bytes) -> None:
+    data = b"\n".join([GOOD_META, GOOD_USER, bad, bad, GOOD_TC, GOOD_REPLY]) + b"\n"
+    trace = _read_bytes(data, "dir/some-rollout.jsonl", lenient=True)
+    assert sum(trace.skipped.values()) == 2
+    assert trace.skipped_at == ["file#0:3", "file#0:4"]  # labels never reach the trace
+    (s,) = trace.sessions
+    assert s.n_requests == 1 and bool(s.requests["has_usage"][0])
+    assert _usage(s, 0) == RecordedUsage(9, 0, 0, 0, 1)
+
+
+def test_empty_file() -> None:
+    with pytest.raises(TraceError) as err:
+        _read_bytes(b"  \n\n", "empty.jsonl")
+    assert (err.value.line, err.value.category) == (1, "empty-file")
+    trace = _read_bytes(b"", "empty.jsonl", lenient=True)
+    assert trace.skipped == {"empty-file": 1}
+    assert trace.sessions[0].n_requests == 0
+
+
+def test_truncated_last_line() -> None:
+    data = b"\n".join([GOOD_META, GOOD_USER, GOOD_TC, GOOD_REPLY[:40]])
+    with pytest.raises(TraceError) as err:
+        _read_bytes(data)
+    assert (err.value.line, err.value.category) == (4, "truncated-line")
+    trace = _read_bytes(data, lenient=True)
+    assert trace.skipped == {"truncated-line": 1}
+    assert trace.sessions[0].n_requests == 1  # the token_count still made its request
+
+
+def test_whole_binary_file_never_raises_anything_but_trace_error() -> None:
+    data = bytes(range(256)) * 8
+    trace = _read_bytes(data, lenient=True)
+    assert sum(trace.skipped.values()) >= 1
+    with pytest.raises(TraceError):
+        _read_bytes(data)
+
+
+# -- no content in the trace ------------------------------------------------------------------
+
+CONTENT_KEYS = {"text", "arguments", "input", "output", "cwd", "message", "encrypted_content"}
+
+
+def _content_words(obj: Any, out: set[str], inside: bool = False) -> None:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            _content_words(value, out, inside or key in CONTENT_KEYS)
+    elif isinstance(obj, list):
+        for value in obj:
+            _content_words(value, out, inside)
+    elif isinstance(obj, str) and inside:
+        if obj.startswith("{"):
+            with contextlib.suppress(ValueError):
+                _content_words(json.loads(obj), out, True)
+        for word in [obj, *obj.replace('"', " ").replace("'", " ").split()]:
+            if len(word) >= 8:
+                out.add(word)
+
+
+def _trace_strings(trace: Trace) -> list[str]:
+    out = [trace.format, trace.source_digest, *trace.skipped, *trace.skipped_at, *trace.stats]
+    for s in trace.sessions:
+        out += [s.id, s.kind, s.client, *s.tools, *s.models]
+    return out
+
+
+@pytest.mark.parametrize("name", ["old_order.jsonl", "new_order.jsonl", "compaction.jsonl"])
+def test_no_content_reaches_the_trace(name: str) -> None:
+    path = FIXTURES / name
+    words: set[str] = set()
+    for line in path.read_text().splitlines():
+        _content_words(json.loads(line), words)
+    assert len(words) > 10
+    strings = _trace_strings(_read(path))
+    leaks = [w for w in words for s in strings if w in s]
+    assert not leaks
+
+
+# -- every real rollout -----------------------------------------------------------------------
+
+
+def _real_files() -> list[Path]:
+    return sorted((SHARED / "codex").rglob("*.jsonl")) if SHARED.is_dir() else []
+
+
+def _independent_usage(path: Path) -> tuple[int, int, int, int, int]:
+    """(requests, input incl. cached, cached, output, calls) from the raw lines, stdlib only."""
+    requests = input_tokens = cached = output = calls = 0
+    previous = None
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = json.loads(raw)
+        payload = line["payload"]
+        if line["type"] == "response_item" and payload.get("type") == "function_call_output":
+            calls += 1
+        if line["type"] != "event_msg" or payload.get("type") != "token_count":
+            continue
+        info = payload.get("info")
+        if not info or info["total_token_usage"] == previous:
+            continue
+        previous = info["total_token_usage"]
+        last = info["last_token_usage"]
+        requests += 1
+        input_tokens += last["input_tokens"]
+        cached += last.get("cached_input_tokens", 0)
+        output += last["output_tokens"]
+    return requests, input_tokens, cached, output, calls
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize(
+    "path", _real_files() or [None], ids=lambda p: p.name[-20:] if p else "none"
+)
+def test_real_rollout(path: Path | None) -> None:
+    if path is None:
+        pytest.skip("../shared/traces is absent")
+    trace = _read(path)  # strict: real rollouts import without a single problem
+    (s,) = trace.sessions
+    requests, input_tokens, cached, output, calls = _independent_usage(path)
+    r = s.requests
+    assert int(r["has_usage"].sum()) == requests == trace.stats["token_counts"]
+    assert int((r["input"] + r["cache_read"]).sum()) == input_tokens
+    assert int(r["cache_read"].sum()) == cached
+    assert int(r["output_recorded"].sum()) == output
+    assert int((r["cache_write_5m"] + r["cache_write_1h"]).sum()) == 0
+    assert bool((np.diff(r["ts"]) >= 0).all())
+    # Every tool output is linked to its call, and back.
+    results = np.nonzero(s.blocks["kind"] == Kind.TOOL_RESULT)[0]
+    assert len(results) == calls
+    for i in results:
+        use = int(s.blocks["link"][i])
+        assert s.blocks["kind"][use] == Kind.TOOL_USE and s.blocks["link"][use] == i
+        assert s.blocks["tool"][use] == s.blocks["tool"][i]
+        assert s.blocks["role"][i] == Role.USER
+    # Outputs of request k enter at k + 1.
+    out = s.blocks["origin"] >= 0
+    assert bool((s.blocks["first_request"][out] == s.blocks["origin"][out] + 1).all())
+    assert bool((np.diff(s.blocks["first_request"]) >= 0).all())
+    if requests:
+        _assert_anchored(s)
+        assert (s.blocks["flags"] & Flag.HUMAN).any()
+
+
+@pytest.mark.shared
+def test_shared_codex_fixtures_import() -> None:
+    """The synthetic Codex references beside the real traces import cleanly too."""
+    if not SHARED.is_dir():
+        pytest.skip("../shared/traces is absent")
+    paths = [p for p in (SHARED / "fixtures").rglob("*.jsonl") if "codex" in str(p)]
+    paths = [p for p in paths if '"session_meta"' in p.read_text()[:2000]]
+    assert paths
+    for path in paths:
+        trace = _read(path)
+        assert trace.sessions[0].n_requests >= 1
+        assert trace.stats["token_counts"] >= 1

@@ -1,0 +1,664 @@
+"""The compiled trace format (traces/compiled.py) and the compile cache (traces/cache.py)."""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import hypothesis.extra.numpy as hnp
+import numpy as np
+import numpy.typing as npt
+import orjson
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.model import (
+    BLOCK_COLUMNS,
+    NEVER,
+    REQUEST_COLUMNS,
+    CompactionEvent,
+    Flag,
+    Kind,
+    Role,
+    Session,
+    Trace,
+    block_columns,
+    request_columns,
+)
+from traces import cache as cache_mod
+from traces import compiled
+from traces.cache import CompileCache, default_root
+from traces.errors import TraceError
+
+DIGEST = "3f" * 32
+
+
+def _session(n_blocks: int, n_requests: int, *, seed: int = 0, sid: str = "s") -> Session:
+    rng = np.random.default_rng(seed)
+    first = np.sort(rng.integers(0, max(n_requests, 1), n_blocks)).astype(np.int32)
+    blocks: dict[str, npt.NDArray[Any]] = {
+        "msg": np.arange(n_blocks, dtype=np.int32) // 2,
+        "kind": rng.integers(0, len(Kind), n_blocks).astype(np.uint8),
+        "role": rng.integers(0, len(Role), n_blocks).astype(np.uint8),
+        "tool": rng.integers(-1, 3, n_blocks).astype(np.int32),
+        "link": np.full(n_blocks, -1, dtype=np.int32),
+        "tokens_raw": rng.integers(0, 5_000, n_blocks).astype(np.int32),
+        "tokens": rng.integers(0, 5_000, n_blocks).astype(np.int32),
+        "chars": rng.integers(0, 20_000, n_blocks).astype(np.int32),
+        "hash": rng.integers(1, 2**63, n_blocks, dtype=np.uint64) * np.uint64(2),
+        "ts": 1_700_000_000_000 + np.sort(rng.integers(0, 10**8, n_blocks)),
+        "first_request": first,
+        "hidden_from": np.full(n_blocks, NEVER, dtype=np.int32),
+        "compacted_at": np.where(rng.random(n_blocks) < 0.1, first + 1, NEVER).astype(np.int32),
+        "origin": np.where(rng.random(n_blocks) < 0.5, first, -1).astype(np.int32),
+        "flags": rng.choice([0, Flag.HUMAN, Flag.ARTIFACT, Flag.PATH_READ], n_blocks).astype(
+            np.uint8
+        ),
+        "path_hash": np.where(rng.random(n_blocks) < 0.2, np.uint64(2**64 - 1), 0).astype(
+            np.uint64
+        ),
+    }
+    requests: dict[str, npt.NDArray[Any]] = {
+        "ts": 1_700_000_000_000 + np.sort(rng.integers(0, 10**8, n_requests)),
+        "model": np.zeros(n_requests, dtype=np.int32),
+        "has_usage": rng.random(n_requests) < 0.8,
+        "input": rng.integers(0, 10, n_requests),
+        "cache_read": rng.integers(0, 200_000, n_requests),
+        "cache_write_5m": rng.integers(0, 20_000, n_requests),
+        "cache_write_1h": np.zeros(n_requests, dtype=np.int64),
+        "output": rng.integers(0, 4_000, n_requests),
+        "output_recorded": rng.integers(0, 4_000, n_requests),
+    }
+    return Session(
+        id=sid,
+        kind="main",
+        parent=-1,
+        client="claude-code 2.1.9",
+        prefix_tokens=14_000,
+        tools=["Read", "Bash", "Grep"],
+        models=["claude-sonnet-4-5-20250929"],
+        blocks=block_columns(blocks),
+        requests=request_columns(requests),
+        events=[CompactionEvent(3, "auto", 167_000, 7, 1_700_000_000_500)],
+    )
+
+
+def _trace(*sessions: Session, digest: str = DIGEST) -> Trace:
+    return Trace(
+        format="claude-code",
+        source_digest=digest,
+        sessions=list(sessions),
+        skipped={"invalid-json": 2, "unknown-type": 1},
+        skipped_at=["file#0:17", "file#1:3"],
+        stats={"lines": 120, "ignored:progress": 4},
+    )
+
+
+def _sample() -> Trace:
+    main = _session(40, 8, seed=1, sid="main")
+    sub = _session(12, 3, seed=2, sid="agent-a1")
+    sub.kind, sub.parent = "subagent", 0
+    empty = Session("agent-empty", "subagent", 0, "claude-code 2.1.9", 0, [], [])
+    return _trace(main, empty, sub)
+
+
+def _assert_same(a: Trace, b: Trace) -> None:
+    """Trace.equals, plus dtypes (np.array_equal ignores them)."""
+    assert a.equals(b)
+    for sa, sb in zip(a.sessions, b.sessions, strict=True):
+        for name in BLOCK_COLUMNS:
+            assert sa.blocks[name].dtype == sb.blocks[name].dtype == np.dtype(BLOCK_COLUMNS[name])
+        for name in REQUEST_COLUMNS:
+            want = np.dtype(REQUEST_COLUMNS[name])
+            assert sa.requests[name].dtype == sb.requests[name].dtype == want
+
+
+def _rezip(data: bytes, replace: dict[str, bytes] | None = None, drop: str = "") -> bytes:
+    """The archive with entries replaced or dropped (to build damaged files)."""
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for name in src.namelist():
+            if name != drop:
+                zf.writestr(name, (replace or {}).get(name, src.read(name)))
+    return out.getvalue()
+
+
+def _meta(data: bytes) -> dict[str, Any]:
+    meta: dict[str, Any] = orjson.loads(zipfile.ZipFile(io.BytesIO(data)).read("meta.json"))
+    return meta
+
+
+def _category(data: bytes) -> str:
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(data, "bad.ctxt")
+    assert info.value.file == "bad.ctxt"
+    assert info.value.line == 0
+    return info.value.category
+
+
+# -- round trip ---------------------------------------------------------------------------
+
+
+def test_round_trip_file(tmp_path: Path) -> None:
+    trace = _sample()
+    path = tmp_path / "t.ctxt"
+    compiled.write(trace, path)
+    back = compiled.read(path)
+    _assert_same(trace, back)
+    assert [len(s.blocks) for s in back.sessions] == [40, 0, 12]
+
+
+def test_round_trip_zero_sessions() -> None:
+    trace = Trace("codex", DIGEST, [])
+    _assert_same(trace, compiled.from_bytes(compiled.to_bytes(trace)))
+
+
+def test_round_trip_only_empty_sessions() -> None:
+    trace = _trace(
+        Session("a", "main", -1, "", 0, [], []), Session("b", "subagent", 0, "", 0, [], [])
+    )
+    _assert_same(trace, compiled.from_bytes(compiled.to_bytes(trace)))
+
+
+def test_extreme_values_round_trip() -> None:
+    s = _session(3, 2)
+    s.blocks.data["hash"][:] = [0, 2**63, 2**64 - 1]
+    s.blocks.data["ts"][:] = [np.iinfo(np.int64).min, 0, np.iinfo(np.int64).max]
+    s.blocks.data["kind"][:] = 255
+    s.events = [CompactionEvent(-1, "unknown", -1, -1, -(2**63)), CompactionEvent(0, "", 0, 0, 0)]
+    s.prefix_tokens = 2**63 - 1
+    s.id, s.client, s.tools = "sé/ss\0ion ✓", "cl\u200bient", ["mcp__x__y", "", "Read"]
+    _assert_same(_trace(s), compiled.from_bytes(compiled.to_bytes(_trace(s))))
+
+
+def test_deterministic_bytes(tmp_path: Path) -> None:
+    trace = _sample()
+    first = compiled.to_bytes(trace)
+    assert compiled.to_bytes(trace) == first
+    # An equal trace built separately (other dict order) gives the same bytes.
+    again = _sample()
+    again.stats = dict(reversed(list(again.stats.items())))
+    assert compiled.to_bytes(again) == first
+    compiled.write(trace, tmp_path / "a.ctxt")
+    compiled.write(compiled.read(tmp_path / "a.ctxt"), tmp_path / "b.ctxt")
+    assert (tmp_path / "a.ctxt").read_bytes() == (tmp_path / "b.ctxt").read_bytes() == first
+
+
+def test_archive_layout() -> None:
+    data = compiled.to_bytes(_sample())
+    zf = zipfile.ZipFile(io.BytesIO(data))
+    infos = zf.infolist()
+    assert [i.filename for i in infos] == ["meta.json", "blocks.parquet", "requests.parquet"]
+    assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in infos)
+    assert all(i.compress_type == zipfile.ZIP_STORED for i in infos)
+    assert all(i.create_system == 3 and i.external_attr == 0o100644 << 16 for i in infos)
+    raw = zf.read("meta.json")
+    meta = orjson.loads(raw)
+    assert orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) == raw
+    assert meta["format"] == "ctxsim compiled trace"
+    assert meta["version"] == compiled.FORMAT_VERSION == 1
+    assert meta["trace_format"] == "claude-code"
+    assert [s["n_blocks"] for s in meta["sessions"]] == [40, 0, 12]
+    for entry in ("blocks.parquet", "requests.parquet"):
+        md = pq.ParquetFile(pa.BufferReader(zf.read(entry))).metadata
+        for rg in range(md.num_row_groups):
+            for col in range(md.num_columns):
+                chunk = md.row_group(rg).column(col)
+                assert not chunk.is_stats_set
+                assert chunk.compression == "ZSTD"
+
+
+def test_read_arrays_are_read_only_views() -> None:
+    back = compiled.from_bytes(compiled.to_bytes(_sample()))
+    for session in back.sessions:
+        for cols in (session.blocks, session.requests):
+            assert not any(a.flags.writeable for a in cols.data.values())
+    tokens = back.sessions[0].blocks["tokens"]
+    with pytest.raises(ValueError):
+        tokens[0] = 1
+
+
+def test_readme_recipe_polars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """traces/README.md shows how to read the tables directly; keep that snippet working."""
+    readme = (Path(compiled.__file__).parent / "README.md").read_text()
+    assert f"version {compiled.FORMAT_VERSION}" in readme.splitlines()[0]
+    snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    compiled.write(_sample(), tmp_path / "session.ctxt")
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(snippet, scope)
+    blocks, requests, meta = scope["blocks"], scope["requests"], scope["meta"]
+    assert blocks.columns == ["session", *BLOCK_COLUMNS]
+    assert requests.columns == ["session", *REQUEST_COLUMNS]
+    assert blocks.schema["hash"] == pl.UInt64
+    assert blocks.schema["kind"] == pl.UInt8
+    assert blocks.height == sum(s["n_blocks"] for s in meta["sessions"]) == 52
+    assert scope["per_kind"]["tokens"].sum() == int(blocks["tokens"].sum())
+    with zipfile.ZipFile(tmp_path / "session.ctxt") as zf:
+        zf.extractall(tmp_path / "x")
+    unzipped = pl.read_parquet(tmp_path / "x" / "blocks.parquet")
+    assert unzipped.group_by("session").len().sort("session")["len"].to_list() == [40, 12]
+
+
+# -- property: random traces round-trip exactly -------------------------------------------
+
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
+_i64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@st.composite
+def _columns(draw: st.DrawFn, schema: dict[str, Any]) -> dict[str, np.ndarray[Any, Any]]:
+    n = draw(st.integers(0, 12))
+    return {name: draw(hnp.arrays(np.dtype(dtype), n)) for name, dtype in schema.items()}
+
+
+_events = st.lists(
+    st.builds(
+        CompactionEvent,
+        request=_i64,
+        trigger=st.sampled_from(["auto", "manual", "unknown"]) | _text,
+        pre_tokens=_i64,
+        summary_block=_i64,
+        ts=_i64,
+    ),
+    max_size=3,
+)
+_sessions = st.builds(
+    Session,
+    id=_text,
+    kind=st.sampled_from(["main", "subagent", "compaction"]),
+    parent=st.integers(-1, 5),
+    client=_text,
+    prefix_tokens=_i64,
+    tools=st.lists(_text, max_size=4),
+    models=st.lists(_text, max_size=3),
+    blocks=_columns(BLOCK_COLUMNS).map(block_columns),
+    requests=_columns(REQUEST_COLUMNS).map(request_columns),
+    events=_events,
+)
+_traces = st.builds(
+    Trace,
+    format=st.sampled_from(["claude-code", "codex", "swe-agent"]),
+    source_digest=st.text("0123456789abcdef", min_size=64, max_size=64),
+    sessions=st.lists(_sessions, max_size=4),
+    skipped=st.dictionaries(_text, st.integers(0, 2**40), max_size=3),
+    skipped_at=st.lists(_text, max_size=3),
+    stats=st.dictionaries(_text, _i64, max_size=3),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_traces)
+def test_random_traces_round_trip(trace: Trace) -> None:
+    data = compiled.to_bytes(trace)
+    _assert_same(trace, compiled.from_bytes(data))
+    assert compiled.to_bytes(trace) == data
+
+
+# -- atomic writes ------------------------------------------------------------------------
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("stage", ["fsync", "replace"])
+def test_failed_write_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str
+) -> None:
+    def boom(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, stage, boom)
+    path = tmp_path / "t.ctxt"
+    with pytest.raises(OSError):
+        compiled.write(_sample(), path)
+    assert not path.exists()
+    assert _leftovers(tmp_path) == []
+
+
+def test_failed_write_keeps_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.ctxt"
+    old = _trace(_session(5, 2))
+    compiled.write(old, path)
+    before = path.read_bytes()
+    real_fsync = os.fsync
+
+    def fail_after_partial_write(fd: int) -> None:
+        os.write(fd, b"garbage")  # the temporary file is half-written when it fails
+        real_fsync(fd)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fail_after_partial_write)
+    with pytest.raises(OSError):
+        compiled.write(_sample(), path)
+    assert path.read_bytes() == before
+    _assert_same(compiled.read(path), old)
+    assert _leftovers(tmp_path) == []
+
+
+def test_serialisation_failure_touches_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("writer crashed")
+
+    monkeypatch.setattr(pq, "write_table", boom)
+    with pytest.raises(RuntimeError):
+        compiled.write(_sample(), tmp_path / "t.ctxt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unserialisable_metadata_is_a_value_error(tmp_path: Path) -> None:
+    trace = _sample()
+    trace.stats = {"too-big": 2**70}
+    with pytest.raises(ValueError, match="JSON"):
+        compiled.to_bytes(trace)
+    trace = _sample()
+    trace.sessions[0].tools = ["Read", None]  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"sessions\[0\]\.tools must be a list of strings"):
+        compiled.write(trace, tmp_path / "t.ctxt")
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def test_newer_version_is_refused() -> None:
+    data = compiled.to_bytes(_sample())
+    meta = _meta(data)
+    meta["version"] = compiled.FORMAT_VERSION + 1
+    bad = _rezip(data, {"meta.json": orjson.dumps(meta)})
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(bad, "new.ctxt")
+    assert info.value.category == "compiled-version"
+    assert "version 2 is newer" in info.value.message
+    assert "upgrade ctxsim" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"hello world", b'{"type": "user"}\n', b"\x1f\x8b\x08\x00gzip"],
+    ids=["empty", "text", "jsonl", "gzip"],
+)
+def test_not_a_zip(data: bytes) -> None:
+    assert _category(data) == "not-compiled"
+
+
+def test_foreign_zip() -> None:
+    data = compiled.to_bytes(_sample())
+    meta = _meta(data)
+    meta["format"] = "something else"
+    assert _category(_rezip(data, {"meta.json": orjson.dumps(meta)})) == "not-compiled"
+
+
+def test_truncated_file() -> None:
+    data = compiled.to_bytes(_sample())
+    assert _category(data[: len(data) // 2]) == "compiled-corrupt"
+
+
+def test_crc_mismatch() -> None:
+    data = bytearray(compiled.to_bytes(_sample()))
+    offset = data.index(b"PAR1") + 10  # inside blocks.parquet's stored bytes
+    data[offset] ^= 0xFF
+    assert _category(bytes(data)) == "compiled-corrupt"
+
+
+@pytest.mark.parametrize("entry", ["meta.json", "blocks.parquet", "requests.parquet"])
+def test_missing_entry(entry: str) -> None:
+    data = _rezip(compiled.to_bytes(_sample()), drop=entry)
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(data, "x.ctxt")
+    assert info.value.category == "compiled-missing-entry"
+    assert entry in info.value.message
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue())
+
+
+def _blocks_table(data: bytes) -> pa.Table:
+    return pq.read_table(pa.BufferReader(zipfile.ZipFile(io.BytesIO(data)).read("blocks.parquet")))
+
+
+def test_schema_wrong_type() -> None:
+    data = compiled.to_bytes(_sample())
+    table = _blocks_table(data)
+    i = table.schema.get_field_index("tokens")
+    table = table.set_column(i, "tokens", table.column("tokens").cast(pa.int64()))
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(_rezip(data, {"blocks.parquet": _parquet(table)}), "x.ctxt")
+    assert info.value.category == "compiled-schema"
+    assert "'tokens' is int64, expected int32" in info.value.message
+
+
+def test_schema_missing_and_extra_columns() -> None:
+    data = compiled.to_bytes(_sample())
+    table = _blocks_table(data).drop_columns(["origin"]).append_column("x", pa.array([0] * 52))
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(_rezip(data, {"blocks.parquet": _parquet(table)}), "x.ctxt")
+    assert info.value.category == "compiled-schema"
+    assert "missing column 'origin'" in info.value.message
+    assert "unexpected columns ['x']" in info.value.message
+
+
+def test_nulls_are_refused() -> None:
+    data = compiled.to_bytes(_sample())
+    table = _blocks_table(data)
+    i = table.schema.get_field_index("chars")
+    chars = pa.array([None] + [1] * 51, type=pa.int32())
+    table = table.set_column(i, pa.field("chars", pa.int32()), chars)
+    bad = _rezip(data, {"blocks.parquet": _parquet(table)})
+    assert _category(bad) == "compiled-schema"
+
+
+def test_columns_in_other_order_are_accepted() -> None:
+    """Column order is not part of the schema: a table rewritten by another tool still reads."""
+    trace = _sample()
+    data = compiled.to_bytes(trace)
+    table = _blocks_table(data)
+    table = table.select(list(reversed(table.column_names)))
+    _assert_same(trace, compiled.from_bytes(_rezip(data, {"blocks.parquet": _parquet(table)})))
+
+
+def test_deflated_archive_with_extra_entries_is_accepted() -> None:
+    """A file re-zipped by another tool (deflate, an extra README) still reads."""
+    trace = _sample()
+    src = zipfile.ZipFile(io.BytesIO(compiled.to_bytes(trace)))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("README.txt", "shared by someone")
+        for name in reversed(src.namelist()):
+            zf.writestr(name, src.read(name))
+    _assert_same(trace, compiled.from_bytes(out.getvalue()))
+
+
+def test_row_count_mismatch() -> None:
+    data = compiled.to_bytes(_sample())
+    meta = _meta(data)
+    meta["sessions"][0]["n_blocks"] += 1
+    assert _category(_rezip(data, {"meta.json": orjson.dumps(meta)})) == "compiled-corrupt"
+
+
+def test_session_column_out_of_order() -> None:
+    data = compiled.to_bytes(_sample())
+    table = _blocks_table(data)
+    table = table.take(pa.array(np.arange(table.num_rows)[::-1]))
+    assert _category(_rezip(data, {"blocks.parquet": _parquet(table)})) == "compiled-corrupt"
+
+
+def test_damaged_parquet() -> None:
+    data = compiled.to_bytes(_sample())
+    assert _category(_rezip(data, {"blocks.parquet": b"PAR1 nope PAR1"})) == "compiled-corrupt"
+
+
+def test_meta_not_json() -> None:
+    data = _rezip(compiled.to_bytes(_sample()), {"meta.json": b"{not json"})
+    assert _category(data) == "compiled-corrupt"
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda m: m.pop("source_digest"), "source_digest is missing"),
+        (lambda m: m.update(version="1"), "version must be an integer"),
+        (lambda m: m.update(version=0), "not a valid format version"),
+        (lambda m: m.update(stats={"a": 1.5}), "stats must map names to integers"),
+        (lambda m: m.update(sessions={}), "sessions must be a list of objects"),
+        (lambda m: m["sessions"][0].update(tools=[1]), "sessions[0].tools must be a list"),
+        (lambda m: m["sessions"][0]["events"][0].pop("ts"), "sessions[0].events[0].ts"),
+        (lambda m: m["sessions"][1].update(parent=True), "sessions[1].parent must be an int"),
+        (lambda m: m["sessions"][2].update(n_requests=-1), "must not be negative"),
+        (lambda m: m.clear() or m.update(format="ctxsim compiled trace"), "version is missing"),
+    ],
+)
+def test_meta_schema_errors(edit: Any, needle: str) -> None:
+    data = compiled.to_bytes(_sample())
+    meta = _meta(data)
+    edit(meta)
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(_rezip(data, {"meta.json": orjson.dumps(meta)}), "x.ctxt")
+    assert info.value.category == "compiled-schema"
+    assert needle in info.value.message
+
+
+def test_meta_not_an_object() -> None:
+    data = _rezip(compiled.to_bytes(_sample()), {"meta.json": b"[1, 2]"})
+    assert _category(data) == "compiled-schema"
+
+
+def test_unreadable_path_names_only_the_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError) as info:
+        compiled.read(tmp_path / "absent.ctxt")
+    assert info.value.category == "unreadable"
+    assert info.value.file == "absent.ctxt"
+    assert str(tmp_path) not in str(info.value)
+
+
+# -- compile cache ------------------------------------------------------------------------
+
+
+def test_cache_miss_put_hit(tmp_path: Path) -> None:
+    cache = CompileCache(tmp_path)
+    trace = _sample()
+    assert cache.get(DIGEST) is None
+    path = cache.put(trace)
+    assert path == tmp_path / "compiled-f1-c1" / DIGEST[:2] / f"{DIGEST}.ctxt"
+    hit = cache.get(DIGEST)
+    assert hit is not None
+    _assert_same(trace, hit)
+    assert cache.get("ab" * 32) is None
+
+
+def test_cache_put_overwrites(tmp_path: Path) -> None:
+    cache = CompileCache(tmp_path)
+    cache.put(_trace(_session(3, 1)))
+    newer = _sample()
+    cache.put(newer)
+    hit = cache.get(DIGEST)
+    assert hit is not None
+    _assert_same(newer, hit)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"", b"garbage", b"PK\x03\x04truncated"],
+    ids=["empty", "garbage", "truncated-zip"],
+)
+def test_cache_corrupt_entry_is_a_miss_and_removed(tmp_path: Path, damage: bytes) -> None:
+    cache = CompileCache(tmp_path)
+    path = cache.put(_sample())
+    path.write_bytes(damage)
+    assert cache.get(DIGEST) is None
+    assert not path.exists()
+    cache.put(_sample())
+    assert cache.get(DIGEST) is not None
+
+
+def test_cache_entry_of_another_source_is_a_miss(tmp_path: Path) -> None:
+    cache = CompileCache(tmp_path)
+    other = "ab" * 32
+    wrong = cache.path_for(other)
+    wrong.parent.mkdir(parents=True)
+    compiled.write(_sample(), wrong)  # holds DIGEST's trace under another digest
+    assert cache.get(other) is None
+    assert not wrong.exists()
+
+
+def test_cache_invalidated_by_compiler_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = CompileCache(tmp_path)
+    old_path = cache.put(_sample())
+    monkeypatch.setattr(cache_mod, "COMPILER_VERSION", "2")
+    assert cache.get(DIGEST) is None
+    new_path = cache.put(_sample())
+    assert new_path != old_path
+    assert cache.get(DIGEST) is not None
+    assert cache.prune() == 1
+    assert not old_path.exists()
+    assert new_path.exists()
+
+
+def test_cache_invalidated_by_format_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = CompileCache(tmp_path)
+    cache.put(_sample())
+    monkeypatch.setattr(compiled, "FORMAT_VERSION", 2)
+    assert cache.get(DIGEST) is None
+
+
+def test_cache_prune_leaves_other_files(tmp_path: Path) -> None:
+    (tmp_path / "compiled-f0-c9").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "compiled-f0-c9.txt").write_text("x")
+    cache = CompileCache(tmp_path)
+    cache.put(_sample())
+    assert cache.prune() == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "compiled-f0-c9.txt",
+        "compiled-f1-c1",
+        "notes",
+    ]
+    assert CompileCache(tmp_path / "absent").prune() == 0
+
+
+@pytest.mark.parametrize("digest", ["", "../etc", "a/b", ".hidden", "x" * 129])
+def test_cache_rejects_digests_that_are_not_file_names(tmp_path: Path, digest: str) -> None:
+    with pytest.raises(ValueError):
+        CompileCache(tmp_path).get(digest)
+
+
+def test_default_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CTXSIM_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert default_root() == tmp_path / "home" / ".cache" / "ctxsim"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    assert default_root() == tmp_path / "home" / ".cache" / "ctxsim"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_root() == tmp_path / "xdg" / "ctxsim"
+    monkeypatch.setenv("CTXSIM_CACHE_DIR", str(tmp_path / "mine"))
+    assert default_root() == tmp_path / "mine"
+
+
+# -- speed --------------------------------------------------------------------------------
+
+
+def test_benchmark_read_100k_blocks(benchmark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "big.ctxt"
+    trace = _trace(_session(100_000, 5_000))
+    compiled.write(trace, path)
+    back = benchmark(compiled.read, path)
+    assert back.equals(trace)

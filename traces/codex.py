@@ -1,0 +1,956 @@
+"""Reader for Codex CLI rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``).
+
+Each line is ``{timestamp, type, payload}``. ``type`` is one of ``session_meta`` (id,
+``cli_version``), ``turn_context`` (the model of the turns that follow), ``response_item``
+(what the model was sent or produced: ``message``, ``reasoning``, ``function_call``,
+``function_call_output``, ``custom_tool_call`` and their outputs, ...), ``event_msg`` (UI
+events; only ``token_count`` matters here) and ``compacted`` (a compaction summary).
+
+Requests. Every ``token_count`` event whose ``total_token_usage`` differs from the previous
+one marks one API request, with ``last_token_usage`` as its usage. Codex repeats the event
+(0.42 writes it again at the start of the next turn step, with the same totals); repeats are
+dropped and counted. ``info: null`` events (0.41+, at the start of a turn) carry nothing.
+OpenAI's ``input_tokens`` *includes* the cached tokens, so the usage is converted
+explicitly (:func:`usage_from_openai`): input = input - cached, cache read = cached, no cache
+writes (OpenAI has no write fee), output = ``output_tokens`` (which includes reasoning).
+
+Ordering of a request's items against its ``token_count`` (found in the real files):
+
+* Codex 0.40 - 0.42 (the recorded sessions in shared/traces/codex): the ``token_count`` of
+  request k comes FIRST; the response items of k (reasoning, assistant message, function
+  calls) and the outputs of its tool calls follow in one batch, all with the same
+  timestamp, written when the turn step ends; then ``turn_context`` opens the next step
+  (and 0.42 repeats the previous ``token_count`` there). Streaming UI events
+  (``agent_reasoning``, ``agent_message``) precede the ``token_count``.
+* Newer Codex (the 0.77 fixtures; the source records each item on ``OutputItemDone``): the
+  response items of k stream out first, the ``token_count`` follows at
+  ``response.completed``, and the tool outputs come after it (drained once the stream ends).
+
+One rule covers both: output items written without an input item between them form one
+*response* (one request). A ``token_count`` belongs to the response still open before it
+(written since the last input item) when that response has no usage yet; otherwise it
+belongs to the next response after it (and if an input item, a compaction or the end of
+the file comes first, it is a request whose response was not logged). A response that no
+``token_count`` claims is a request without recorded usage (aborted turns, synthetic files
+with one token_count at the end).
+
+Blocks: input items (user and developer messages, tool outputs) preceding request k have
+``first_request`` k; the output items of request k have ``first_request`` k+1 and
+``origin`` k. A request's time is that of its first line (its ``token_count`` in the old
+ordering, its first output item in the new one). The system prompt and tool schemas are not
+in the rollout: the session prefix is inferred by anchoring from the first request.
+
+Reasoning: a ``reasoning`` item logs only a short summary (its real content is encrypted),
+so its THINKING block is sized from the request's ``reasoning_output_tokens``. OpenAI
+reasoning models stop counting the reasoning items that precede the latest user message,
+so THINKING blocks are hidden (``hidden_from``) from the request after the next user
+message on. Without this the real rollouts show unexplained context shrinks at every new
+user turn; with it, anchoring reproduces every recorded context exactly.
+
+Flags: user messages are HUMAN unless they are client-made context (``<environment_context>``,
+``<user_instructions>``, AGENTS.md, ... see :data:`INJECTED_PREFIXES`); tool outputs are
+REGENERABLE except those of calls that write files; ERROR when the output reports failure
+(nonzero ``exit_code``, ``success: false``). PATH_READ / PATH_WRITE (best effort, on both the
+call and its output): ``apply_patch`` (function, custom tool or shell) writes the first file
+its patch names; a shell command whose first simple command is ``cat``/``head``/``tail``/
+``nl``/``sed``/``Get-Content``... of one file reads it; ``> FILE``, ``tee``,
+``sed -i`` and ``Set-Content`` write. Paths are kept as written (relative paths are not
+resolved against the working directory).
+
+Compaction (``compacted``): a SUMMARY block flagged ARTIFACT (plus the
+``replacement_history`` items when present, also ARTIFACT) enters at the next request,
+every earlier block gets ``compacted_at`` there, and a CompactionEvent (trigger "unknown":
+the line does not say) records it.
+
+Bad input is reported through Problems (strict: TraceError naming file and line; lenient:
+the line is skipped and counted). ``event_msg`` subtypes other than ``token_count`` are UI
+events and are ignored (counted in ``lines_ignored``) whatever their name, since Codex adds
+new ones often; unknown top-level and ``response_item`` types are reported
+(``ghost_snapshot`` and ``compaction`` items are client bookkeeping: counted, not blocks).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from simulator.model import CompactionEvent, Flag, Kind, Role, Session, Trace
+from traces.builder import (
+    IMAGE_TOKENS,
+    Hasher,
+    RecordedUsage,
+    SessionBuilder,
+    hasher_for,
+    skipped_locations,
+)
+from traces.errors import Problems
+from traces.source import ImportUnit
+
+#: Longest line accepted; longer lines are reported (`line-too-long`) rather than parsed.
+MAX_LINE_BYTES = 256 * 1024 * 1024
+
+TOP_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg", "compacted"})
+#: Response items the model produced (they make up a response).
+OUTPUT_ITEMS = frozenset(
+    {
+        "reasoning",
+        "function_call",
+        "custom_tool_call",
+        "local_shell_call",
+        "web_search_call",
+        "image_generation_call",
+        "tool_search_call",
+    }
+)
+#: Response items that go back to the model as input.
+INPUT_ITEMS = frozenset(
+    {
+        "function_call_output",
+        "custom_tool_call_output",
+        "mcp_tool_call_output",
+        "tool_search_output",
+    }
+)
+#: Response items that are never sent to the model as such (client bookkeeping).
+IGNORED_ITEMS = frozenset({"ghost_snapshot", "compaction", "compaction_summary", "other"})
+
+#: User-role messages that start like this are context the client added, not the human.
+INJECTED_PREFIXES = (
+    "<environment_context>",
+    "<user_instructions>",
+    "<INSTRUCTIONS>",
+    "# AGENTS.md instructions",
+    "<user_shell_command>",
+    "<turn_aborted>",
+    "<permissions instructions>",
+    "<collaboration_mode>",
+    "<skill>",
+    "<personality_spec>",
+)
+
+#: Keys of token usage as Codex writes them.
+USAGE_KEYS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+    "total_tokens",
+)
+
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$", re.MULTILINE)
+_READ_COMMANDS = frozenset(
+    {"cat", "head", "tail", "less", "more", "nl", "bat", "type", "get-content", "gc"}
+)
+_WRITE_COMMANDS = frozenset({"tee", "set-content", "add-content", "out-file"})
+_OPTIONS_WITH_VALUE = frozenset(
+    {"-n", "-c", "-totalcount", "-tail", "-head", "-first", "-last", "-encoding", "-e"}
+)
+_PATH_OPTIONS = frozenset({"-path", "-literalpath", "-filepath"})
+_SEPARATORS = frozenset({"|", "||", "&&", ";", "&"})
+
+
+class _BadLine(Exception):
+    """A problem that skips the current line: (category, message)."""
+
+    def __init__(self, category: str, message: str) -> None:
+        super().__init__(message)
+        self.category = category
+        self.message = message
+
+
+def usage_from_openai(usage: Mapping[str, Any]) -> RecordedUsage:
+    """OpenAI usage to the Anthropic-style RecordedUsage the model stores.
+
+    OpenAI's ``input_tokens`` counts cached tokens too; Anthropic's (and ours) does not. There
+    is no cache write fee on OpenAI, so both write columns are 0. ``output_tokens`` already
+    includes ``reasoning_output_tokens``. Raises ValueError on missing or negative counts, or
+    more cached tokens than input tokens.
+    """
+    values: dict[str, int] = {}
+    for key in ("input_tokens", "cached_input_tokens", "output_tokens"):
+        v = usage.get(key, 0 if key == "cached_input_tokens" else None)
+        if v is None and key == "cached_input_tokens":
+            v = 0
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{key} is not a token count: {v!r}")
+        values[key] = v
+    cached = values["cached_input_tokens"]
+    if cached > values["input_tokens"]:
+        raise ValueError("cached_input_tokens exceeds input_tokens")
+    return RecordedUsage(
+        input=values["input_tokens"] - cached,
+        cache_read=cached,
+        cache_write_5m=0,
+        cache_write_1h=0,
+        output=values["output_tokens"],
+    )
+
+
+def parse_ts(value: Any) -> int | None:
+    """ISO-8601 timestamp to milliseconds since the epoch, UTC (None when invalid)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:  # a naive time is taken as UTC, never as the machine's zone
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+# -- file access of tool calls (best effort) ----------------------------------------------
+
+
+def patch_path(patch: str) -> str | None:
+    """The first file an ``apply_patch`` patch adds, updates or deletes."""
+    m = _PATCH_FILE.search(patch)
+    return m.group(1) if m else None
+
+
+def _tokens(line: str, *, powershell: bool) -> list[str]:
+    try:
+        if powershell:
+            return [t.strip("'\"") for t in shlex.split(line, posix=False)]
+        return shlex.split(line, posix=True)
+    except ValueError:  # unbalanced quotes: better no path than a wrong one
+        return []
+
+
+def shell_file_access(script: str, *, powershell: bool = False) -> tuple[Flag, str | None]:
+    """(PATH_READ or PATH_WRITE, path) for a simple shell command, else (NONE, None).
+
+    Only the first simple command of the first line is looked at (``cat a | head`` reads
+    ``a``; ``cd x && cat a`` is not recognised). Best effort by design: a miss only means a
+    policy that restores recently read files does not know about this one.
+    """
+    if "*** Begin Patch" in script:
+        path = patch_path(script)
+        return (Flag.PATH_WRITE, path) if path else (Flag.NONE, None)
+    first = script.strip().split("\n", 1)[0]
+    tokens = _tokens(first, powershell=powershell)
+    for i, tok in enumerate(tokens):
+        if tok in _SEPARATORS:
+            tokens = tokens[:i]
+            break
+    if not tokens:
+        return Flag.NONE, None
+    for i, tok in enumerate(tokens):
+        if tok in (">", ">>") and i + 1 < len(tokens):
+            return Flag.PATH_WRITE, tokens[i + 1]
+        if tok.startswith(">") and not tok.startswith(">&") and len(tok.lstrip(">")) > 0:
+            return Flag.PATH_WRITE, tok.lstrip(">")
+    cmd = posixpath.basename(tokens[0].replace("\\", "/")).lower()
+    args = tokens[1:]
+    if cmd == "sed":
+        return _sed_access(args)
+    if cmd in _READ_COMMANDS or cmd in _WRITE_COMMANDS:
+        flag = Flag.PATH_READ if cmd in _READ_COMMANDS else Flag.PATH_WRITE
+        lowered = [a.lower() for a in args]
+        for i, a in enumerate(lowered):
+            if a in _PATH_OPTIONS and i + 1 < len(args):
+                return flag, args[i + 1]
+        files = _plain_args(args)
+        if len(files) == 1:
+            return flag, files[0]
+    return Flag.NONE, None
+
+
+def _sed_access(args: list[str]) -> tuple[Flag, str | None]:
+    """``sed`` on one file prints it (a read) or, with ``-i``, rewrites it (a write)."""
+    plain: list[str] = []
+    script_given = skip = inplace = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in ("-e", "-f", "--expression", "--file"):
+            skip = script_given = True
+        elif a.startswith("-i") or a.startswith("--in-place"):
+            inplace = True
+        elif not a.startswith("-"):
+            plain.append(a)
+    files = plain if script_given else plain[1:]
+    if len(files) != 1:
+        return Flag.NONE, None
+    return (Flag.PATH_WRITE if inplace else Flag.PATH_READ), files[0]
+
+
+def _plain_args(args: list[str]) -> list[str]:
+    """Arguments that are not options or option values."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a.startswith("-") and len(a) > 1:
+            skip = a.lower() in _OPTIONS_WITH_VALUE
+            continue
+        out.append(a)
+    return out
+
+
+def _command_script(command: Any) -> tuple[str, bool] | None:
+    """The script a shell call runs (and whether it is PowerShell), from argv or a string."""
+    if isinstance(command, str):
+        return command, False
+    if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
+        return None
+    if not command:
+        return None
+    prog = posixpath.basename(command[0].replace("\\", "/")).lower()
+    if prog in ("bash", "sh", "zsh", "dash") and len(command) >= 3 and command[1] in ("-lc", "-c"):
+        return command[2], False
+    if prog.startswith(("powershell", "pwsh")):
+        lowered = [c.lower() for c in command]
+        if "-command" in lowered:
+            i = lowered.index("-command")
+            return " ".join(command[i + 1 :]), True
+        return "", True
+    if prog == "apply_patch" and len(command) >= 2:
+        return command[1], False
+    return shlex.join(command), False
+
+
+def call_file_access(name: str, arguments: Any) -> tuple[Flag, str | None]:
+    """File read or written by a Codex tool call (see the module docstring)."""
+    if name == "apply_patch":
+        patch = arguments
+        if isinstance(arguments, dict):
+            patch = arguments.get("input") or arguments.get("patch")
+        if isinstance(patch, str):
+            path = patch_path(patch)
+            if path:
+                return Flag.PATH_WRITE, path
+        return Flag.NONE, None
+    if not isinstance(arguments, dict):
+        return Flag.NONE, None
+    if name in ("read_file", "view_image"):
+        path = arguments.get("path") or arguments.get("file_path")
+        return (Flag.PATH_READ, path) if isinstance(path, str) and path else (Flag.NONE, None)
+    command = arguments.get("command", arguments.get("cmd"))
+    script = _command_script(command)
+    if script is None:
+        return Flag.NONE, None
+    return shell_file_access(script[0], powershell=script[1])
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Request:
+    ts: int
+    model: str
+    usage: RecordedUsage | None = None
+    reasoning: int | None = None  # reasoning_output_tokens of the request, when recorded
+
+
+@dataclass
+class _Call:
+    key: str  # unique link key (call ids can repeat)
+    tool: str
+    flags: Flag
+    path: str | None
+
+
+@dataclass
+class _Output:
+    """An output block waiting for its response to close (see `_RolloutReader._flush`)."""
+
+    kind: Kind
+    text: str
+    ts: int
+    tool: str | None = None
+    flags: Flag = Flag.NONE
+    path: str | None = None
+    use_id: str | None = None
+    tokens: int | None = None
+
+
+def _mostly_binary(raw: bytes) -> bool:
+    sample = raw[:512]
+    bad = sum(1 for c in sample if c < 9 or 13 < c < 32)
+    return bad > len(sample) // 10
+
+
+def _content_text(item: dict[str, Any]) -> str | None:
+    text = item.get("text")
+    return text if isinstance(text, str) else None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+class _RolloutReader:
+    """One pass over one rollout file, feeding a SessionBuilder as it goes.
+
+    Output items are held until their response closes: by then the response's usage is
+    known in both orderings, and the reasoning items can be sized from the recorded
+    ``reasoning_output_tokens`` (their summaries are far shorter than what the model was
+    billed and later re-read). OpenAI reasoning models drop the reasoning items that precede
+    the latest user message from the context, so THINKING blocks are hidden from the request
+    after the next user message on (this explains the shrinks the rollouts show at a new
+    user turn).
+    """
+
+    def __init__(self, label: str, stem: str, data: bytes, problems: Problems, hasher: Hasher):
+        self.label = label
+        self.problems = problems
+        self.stats: dict[str, int] = {
+            "lines": 0,
+            "lines_ignored": 0,
+            "token_counts": 0,
+            "token_counts_repeated": 0,
+            "token_counts_empty": 0,
+            "requests_without_usage": 0,
+            "content_items_unknown": 0,
+            "compactions": 0,
+            "timestamps_clamped": 0,
+        }
+        self.session_id = ""
+        self.version = ""
+        self.stem = stem
+        self.model = ""
+        self.b = SessionBuilder(hasher, id=stem, kind="main", client="codex")
+        self.requests: list[_Request] = []
+        self.calls: dict[str, _Call] = {}
+        self.n_calls = 0
+        self.msg = -1
+        # The response being written: its request index (-1 when none is open), whether a
+        # token_count has claimed it, and its output blocks.
+        self.run = -1
+        self.run_owned = False
+        self.run_blocks: list[_Output] = []
+        # A token_count that waits for the response after it: (usage, reasoning, ts).
+        self.pending: tuple[RecordedUsage, int | None, int] | None = None
+        self.last_total: tuple[Any, ...] | None = None
+        self.last_context = -1
+        self.thinking: list[int] = []  # THINKING blocks not yet dropped by a user turn
+        self.live_from = 0  # first block not yet compacted away by a recorded compaction
+        self._parse(data)
+
+    # -- driver -------------------------------------------------------------------------
+
+    def _parse(self, data: bytes) -> None:
+        if not data.strip():
+            self.problems.report(self.label, 1, "empty-file", "file is empty")
+            return
+        lines = data.split(b"\n")
+        last = len(lines) - (1 if lines[-1] == b"" else 0)
+        for i in range(last):
+            raw = lines[i]
+            lineno = i + 1
+            if not raw.strip():
+                continue
+            self.stats["lines"] += 1
+            if len(raw) > MAX_LINE_BYTES:
+                self._report(lineno, "line-too-long", f"line of {len(raw)} bytes exceeds limit")
+                continue
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                if i == last - 1 and not data.endswith(b"\n"):
+                    self._report(lineno, "truncated-line", "last line is cut off")
+                elif b"\x00" in raw or _mostly_binary(raw):
+                    self._report(lineno, "binary-garbage", "line is not text")
+                else:
+                    self._report(lineno, "invalid-json", f"invalid JSON ({exc})")
+                continue
+            try:
+                self._line(lineno, obj)
+            except _BadLine as bad:
+                self._report(lineno, bad.category, bad.message)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+                # A structure no check above foresaw: still a located report, never a crash.
+                self._report(lineno, "malformed", f"unexpected structure ({type(exc).__name__})")
+
+    def _report(self, line: int, category: str, message: str) -> None:
+        self.problems.report(self.label, line, category, message)
+
+    def _line(self, lineno: int, obj: Any) -> None:
+        if not isinstance(obj, dict):
+            raise _BadLine("wrong-type", "line is not a JSON object")
+        kind = obj.get("type")
+        if kind is None:
+            raise _BadLine("missing-field", "entry has no 'type'")
+        if not isinstance(kind, str):
+            raise _BadLine("wrong-type", "entry 'type' is not a string")
+        if kind not in TOP_TYPES:
+            raise _BadLine("unknown-type", f"unknown entry type {kind[:40]!r}")
+        payload = obj.get("payload")
+        if payload is None:
+            raise _BadLine("missing-field", "entry has no 'payload'")
+        if not isinstance(payload, dict):
+            raise _BadLine("wrong-type", "'payload' is not an object")
+        if "timestamp" not in obj:
+            raise _BadLine("missing-field", "entry has no 'timestamp'")
+        ts = parse_ts(obj["timestamp"])
+        if ts is None:
+            raise _BadLine("wrong-type", "'timestamp' is not an ISO-8601 time")
+        if kind == "session_meta":
+            self._session_meta(payload)
+        elif kind == "turn_context":
+            model = payload.get("model")
+            if model is not None and not isinstance(model, str):
+                raise _BadLine("wrong-type", "turn_context 'model' is not a string")
+            if model:
+                self.model = model
+        elif kind == "event_msg":
+            sub = payload.get("type")
+            if not isinstance(sub, str):
+                raise _BadLine("missing-field", "event_msg payload has no 'type'")
+            if sub == "token_count":
+                self._token_count(ts, payload)
+            else:
+                self.stats["lines_ignored"] += 1
+        elif kind == "response_item":
+            self._response_item(lineno, ts, payload)
+        else:
+            self._compacted(ts, payload)
+
+    def _session_meta(self, payload: dict[str, Any]) -> None:
+        if self.session_id or self.version:  # a resumed or forked rollout repeats it
+            self.stats["lines_ignored"] += 1
+            return
+        sid = payload.get("id")
+        version = payload.get("cli_version")
+        if sid is not None and not isinstance(sid, str):
+            raise _BadLine("wrong-type", "session_meta 'id' is not a string")
+        if version is not None and not isinstance(version, str):
+            raise _BadLine("wrong-type", "session_meta 'cli_version' is not a string")
+        model = payload.get("model")
+        if isinstance(model, str) and model and not self.model:
+            self.model = model
+        self.session_id = sid or ""
+        self.version = version or ""
+
+    # -- requests -----------------------------------------------------------------------
+
+    def _new_request(self, ts: int, usage: RecordedUsage | None, reasoning: int | None) -> int:
+        self.requests.append(_Request(ts, self.model or "unknown", usage, reasoning))
+        return len(self.requests) - 1
+
+    def _flush_pending(self) -> None:
+        """A token_count whose response was never logged is a request of its own."""
+        if self.pending is not None:
+            usage, reasoning, ts = self.pending
+            self.pending = None
+            self._new_request(ts, usage, reasoning)
+
+    def _close_run(self) -> None:
+        """Write the open response's output blocks (its usage is known by now, or never)."""
+        if self.run < 0:
+            return
+        k = self.run
+        reasoning = self.requests[k].reasoning
+        thinking = [o for o in self.run_blocks if o.kind == Kind.THINKING]
+        if reasoning is not None and thinking:
+            share, extra = divmod(reasoning, len(thinking))
+            for j, o in enumerate(thinking):
+                o.tokens = share + (1 if j < extra else 0)
+        for o in self.run_blocks:
+            idx = self.b.add_block(
+                msg=self.msg,
+                kind=o.kind,
+                role=Role.ASSISTANT,
+                text=o.text,
+                ts=o.ts,
+                first_request=k + 1,
+                tool=o.tool,
+                flags=o.flags,
+                path=o.path,
+                origin=k,
+                use_id=o.use_id,
+                tokens=o.tokens,
+            )
+            if o.kind == Kind.THINKING:
+                self.thinking.append(idx)
+        self.run = -1
+        self.run_owned = False
+        self.run_blocks = []
+
+    def _before_input(self) -> int:
+        """Close the open response; the input that follows is seen first by the next request."""
+        self._close_run()
+        self._flush_pending()
+        return len(self.requests)
+
+    def _output(self, ts: int, out: _Output) -> None:
+        """Add an output item to the open response, opening one if needed."""
+        if self.run < 0:
+            self.msg += 1
+            if self.pending is not None:
+                usage, reasoning, pts = self.pending
+                self.pending = None
+                self.run = self._new_request(pts, usage, reasoning)
+                self.run_owned = True
+            else:
+                self.run = self._new_request(ts, None, None)
+                self.run_owned = False
+        self.run_blocks.append(out)
+
+    def _token_count(self, ts: int, payload: dict[str, Any]) -> None:
+        info = payload.get("info")
+        if info is None:
+            self.stats["token_counts_empty"] += 1
+            return
+        if not isinstance(info, dict):
+            raise _BadLine("wrong-type", "token_count 'info' is not an object")
+        total = info.get("total_token_usage")
+        last = info.get("last_token_usage")
+        if total is None or last is None:
+            raise _BadLine("missing-field", "token_count info lacks total/last_token_usage")
+        if not isinstance(total, dict) or not isinstance(last, dict):
+            raise _BadLine("wrong-type", "token usage is not an object")
+        key = tuple(total.get(k) for k in USAGE_KEYS)
+        if not all(v is None or _count(v) is not None for v in key):
+            raise _BadLine("wrong-type", "total_token_usage holds a non-integer count")
+        try:
+            usage = usage_from_openai(last)
+        except ValueError as exc:
+            raise _BadLine("wrong-type", f"last_token_usage: {exc}") from None
+        reasoning = _count(last.get("reasoning_output_tokens"))
+        if key == self.last_total:
+            self.stats["token_counts_repeated"] += 1
+            return
+        self.last_total = key
+        self.stats["token_counts"] += 1
+        self.last_context = usage.context
+        if self.run >= 0 and not self.run_owned:  # items-first ordering (newer Codex)
+            self.requests[self.run].usage = usage
+            self.requests[self.run].reasoning = reasoning
+            self._close_run()
+            return
+        self._close_run()
+        self._flush_pending()  # two token_counts with no response between them
+        self.pending = (usage, reasoning, ts)  # usage-first ordering (Codex <= 0.42)
+
+    # -- items --------------------------------------------------------------------------
+
+    def _response_item(self, lineno: int, ts: int, p: dict[str, Any]) -> None:
+        kind = p.get("type")
+        if kind is None:
+            raise _BadLine("missing-field", "response_item payload has no 'type'")
+        if not isinstance(kind, str):
+            raise _BadLine("wrong-type", "response_item 'type' is not a string")
+        if kind == "message":
+            self._message(ts, p)
+        elif kind in OUTPUT_ITEMS:
+            self._output_item(ts, kind, p)
+        elif kind in INPUT_ITEMS:
+            self._tool_output(lineno, ts, p)
+        elif kind in IGNORED_ITEMS:
+            self.stats["lines_ignored"] += 1
+        else:
+            raise _BadLine("unknown-type", f"unknown response_item type {kind[:40]!r}")
+
+    def _message(self, ts: int, p: dict[str, Any]) -> None:
+        role = p.get("role")
+        if not isinstance(role, str):
+            raise _BadLine("missing-field", "message has no 'role'")
+        if role not in ("assistant", "user", "developer", "system"):
+            raise _BadLine("unknown-type", f"unknown message role {role[:20]!r}")
+        content = p.get("content")
+        if not isinstance(content, list):
+            raise _BadLine("wrong-type", "message 'content' is not a list")
+        parts = self._content_parts(content)
+        if role == "assistant":
+            for kind, text in parts:
+                tokens = IMAGE_TOKENS if kind == Kind.IMAGE else None
+                self._output(ts, _Output(kind, text, ts, tokens=tokens))
+            return
+        k = self._before_input()
+        self.msg += 1
+        flags = Flag.NONE
+        if role == "user":
+            for block in self.thinking:  # the API drops reasoning before the latest user turn
+                self.b.hide(block, k)
+            self.thinking = []
+            head = next((text for kind, text in parts if kind == Kind.TEXT), "")
+            if not head.lstrip().startswith(INJECTED_PREFIXES):
+                flags = Flag.HUMAN
+        for kind, text in parts:
+            self.b.add_block(
+                msg=self.msg,
+                kind=kind,
+                role=Role.USER if role == "user" else Role.SYSTEM,
+                text=text,
+                ts=ts,
+                first_request=k,
+                flags=flags,
+                tokens=IMAGE_TOKENS if kind == Kind.IMAGE else None,
+            )
+
+    def _content_parts(self, content: list[Any]) -> list[tuple[Kind, str]]:
+        """Validate a message's content items first, so a bad line adds nothing."""
+        parts: list[tuple[Kind, str]] = []
+        for c in content:
+            if not isinstance(c, dict):
+                raise _BadLine("wrong-type", "message content item is not an object")
+            ctype = c.get("type")
+            if ctype in ("input_text", "output_text", "text", "refusal"):
+                text = c.get("text", c.get("refusal"))
+                if not isinstance(text, str):
+                    raise _BadLine("wrong-type", "message text is not a string")
+                parts.append((Kind.TEXT, text))
+            elif ctype == "input_image":
+                url = c.get("image_url")
+                parts.append((Kind.IMAGE, url if isinstance(url, str) else ""))
+            else:
+                self.stats["content_items_unknown"] += 1
+        return parts
+
+    def _output_item(self, ts: int, kind: str, p: dict[str, Any]) -> None:
+        if kind == "reasoning":
+            parts: list[str] = []
+            for field in ("summary", "content"):
+                items = p.get(field)
+                if items is None:
+                    continue
+                if not isinstance(items, list):
+                    raise _BadLine("wrong-type", f"reasoning '{field}' is not a list")
+                parts.extend(
+                    t for c in items if isinstance(c, dict) for t in [_content_text(c)] if t
+                )
+            self._output(ts, _Output(Kind.THINKING, "\n".join(parts), ts))
+            return
+        call_id = p.get("call_id", p.get("id"))
+        if kind in ("function_call", "custom_tool_call"):
+            name = p.get("name")
+            raw = p.get("arguments" if kind == "function_call" else "input")
+            if not isinstance(name, str):
+                raise _BadLine("missing-field", f"{kind} has no 'name'")
+            if not isinstance(raw, str):
+                raise _BadLine("wrong-type", f"{kind} arguments are not a string")
+            args: Any = raw
+            if kind == "function_call":
+                try:
+                    args = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    args = raw
+            text = raw
+        else:  # local_shell_call, web_search_call, ...: the action is the input
+            name = {"local_shell_call": "local_shell", "web_search_call": "web_search"}.get(
+                kind, kind
+            )
+            action = p.get("action")
+            args = action if isinstance(action, dict) else {}
+            text = orjson.dumps(action, option=orjson.OPT_SORT_KEYS).decode()
+        if call_id is not None and not isinstance(call_id, str):
+            raise _BadLine("wrong-type", f"{kind} 'call_id' is not a string")
+        flags, path = call_file_access(name, args)
+        key = None
+        if call_id:
+            self.n_calls += 1
+            key = f"c{self.n_calls}"
+            self.calls[call_id] = _Call(key, name, flags, path)
+        out = _Output(Kind.TOOL_USE, text, ts, tool=name, flags=flags, path=path, use_id=key)
+        self._output(ts, out)
+
+    def _tool_output(self, lineno: int, ts: int, p: dict[str, Any]) -> None:
+        call_id = p.get("call_id")
+        if not isinstance(call_id, str):
+            raise _BadLine("missing-field", "tool output has no 'call_id'")
+        if "output" not in p:
+            raise _BadLine("missing-field", "tool output has no 'output'")
+        text, images, failed = _output_text(p["output"])
+        k = self._before_input()
+        self.msg += 1
+        call = self.calls.get(call_id)
+        if call is None:
+            self._report(lineno, "orphan-tool-result", "tool output has no matching call")
+            tool, path, flags = None, None, Flag.REGENERABLE
+        else:
+            tool, path = call.tool, call.path
+            flags = call.flags
+            if not (flags & Flag.PATH_WRITE or call.tool == "apply_patch"):
+                flags |= Flag.REGENERABLE
+        if failed:
+            flags |= Flag.ERROR
+        self.b.add_block(
+            msg=self.msg,
+            kind=Kind.TOOL_RESULT,
+            role=Role.USER,
+            text=text,
+            ts=ts,
+            first_request=k,
+            tool=tool,
+            flags=flags,
+            path=path,
+            result_for=call.key if call else None,
+        )
+        for j, url in enumerate(images):
+            self.b.add_block(
+                msg=self.msg,
+                kind=Kind.IMAGE,
+                role=Role.USER,
+                text=url or f"{call_id}:{j}",
+                ts=ts,
+                first_request=k,
+                tool=tool,
+                tokens=IMAGE_TOKENS,
+            )
+
+    def _compacted(self, ts: int, p: dict[str, Any]) -> None:
+        message = p.get("message")
+        history = p.get("replacement_history")
+        if message is None and history is None:
+            raise _BadLine("missing-field", "compacted entry has no 'message'")
+        if message is not None and not isinstance(message, str):
+            raise _BadLine("wrong-type", "compacted 'message' is not a string")
+        if history is not None and not isinstance(history, list):
+            raise _BadLine("wrong-type", "compacted 'replacement_history' is not a list")
+        k = self._before_input()
+        self.msg += 1
+        start = self.b.n_blocks
+        summary = -1
+        if message:
+            summary = self.b.add_block(
+                msg=self.msg,
+                kind=Kind.SUMMARY,
+                role=Role.USER,
+                text=message,
+                ts=ts,
+                first_request=k,
+                flags=Flag.ARTIFACT,
+            )
+        for item in history or []:
+            if not isinstance(item, dict):
+                continue
+            kind, role, text = _history_item(item)
+            idx = self.b.add_block(
+                msg=self.msg,
+                kind=kind,
+                role=role,
+                text=text,
+                ts=ts,
+                first_request=k,
+                flags=Flag.ARTIFACT,
+            )
+            if summary < 0:
+                summary = idx
+        for block in range(self.live_from, start):
+            self.b.compact_away(block, k)
+        self.live_from = start
+        self.stats["compactions"] += 1
+        event = CompactionEvent(
+            request=k,
+            trigger="unknown",
+            pre_tokens=self.last_context,
+            summary_block=summary,
+            ts=ts,
+        )
+        self.b.add_event(event)
+
+    # -- finishing ----------------------------------------------------------------------
+
+    def finish(self, token_cache: dict[int, int]) -> Session:
+        self._close_run()
+        self._flush_pending()
+        self.b.id = self.session_id or self.stem
+        self.b.client = f"codex {self.version}".strip()
+        last = 0
+        for req in self.requests:
+            if req.ts < last:
+                self.stats["timestamps_clamped"] += 1
+                req.ts = last
+            last = req.ts
+            if req.usage is None:
+                self.stats["requests_without_usage"] += 1
+            self.b.add_request(ts=req.ts, model=req.model, usage=req.usage)
+        session = self.b.finish(token_cache)
+        for key, v in self.b.stats.items():
+            self.stats[key] = self.stats.get(key, 0) + v
+        return session
+
+
+def _output_text(output: Any) -> tuple[str, list[str], bool]:
+    """Text of a tool output, its image URLs, and whether it reports a failure."""
+    failed = False
+    images: list[str] = []
+    if isinstance(output, dict):  # {"content": ..., "success": bool}
+        failed = output.get("success") is False
+        output = output.get("content", output.get("output", ""))
+    if isinstance(output, str):
+        if output.startswith('{"output"'):
+            try:
+                parsed = orjson.loads(output)
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict):
+                meta = parsed.get("metadata")
+                code = meta.get("exit_code") if isinstance(meta, dict) else None
+                failed = failed or (isinstance(code, int) and code != 0)
+        return output, images, failed
+    if isinstance(output, list):
+        parts: list[str] = []
+        for item in output:
+            if not isinstance(item, dict):
+                raise _BadLine("wrong-type", "tool output item is not an object")
+            if item.get("type") == "input_image":
+                url = item.get("image_url")
+                images.append(url if isinstance(url, str) else "")
+            else:
+                text = item.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+        return "\n".join(parts), images, failed
+    if output is None:
+        return "", images, failed
+    raise _BadLine("wrong-type", "tool 'output' is neither text nor a list")
+
+
+def _history_item(item: dict[str, Any]) -> tuple[Kind, Role, str]:
+    """Kind, role and text of a replacement_history item (kept as an ARTIFACT block)."""
+    kind = item.get("type")
+    if kind == "message":
+        content = item.get("content")
+        texts = []
+        if isinstance(content, list):
+            texts = [t for c in content if isinstance(c, dict) for t in [_content_text(c)] if t]
+        role = {"assistant": Role.ASSISTANT, "user": Role.USER}.get(
+            str(item.get("role")), Role.SYSTEM
+        )
+        return Kind.TEXT, role, "\n".join(texts)
+    if kind in ("function_call", "custom_tool_call"):
+        text = item.get("arguments", item.get("input"))
+        return Kind.TOOL_USE, Role.ASSISTANT, text if isinstance(text, str) else ""
+    if kind in INPUT_ITEMS:
+        text, _, _ = _output_text(item.get("output"))
+        return Kind.TOOL_RESULT, Role.USER, text
+    if kind == "reasoning":
+        return Kind.THINKING, Role.ASSISTANT, ""
+    enc = item.get("encrypted_content")
+    return Kind.SUMMARY, Role.USER, enc if isinstance(enc, str) else ""
+
+
+def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
+    """Compile a Codex rollout into a Trace (one main session per file of the unit)."""
+    hasher = hasher_for(contents)
+    token_cache: dict[int, int] = {}
+    sessions: list[Session] = []
+    stats: dict[str, int] = {}
+    for f, data in zip(unit.files, contents, strict=True):
+        stem = f.path.name.split(".")[0]
+        reader = _RolloutReader(f.label, stem, data, problems, hasher)
+        sessions.append(reader.finish(token_cache))
+        for key, v in reader.stats.items():
+            stats[key] = stats.get(key, 0) + v
+    return Trace(
+        format="codex",
+        source_digest=unit.digest(contents),
+        sessions=sessions,
+        skipped=dict(sorted(problems.counts.items())),
+        skipped_at=skipped_locations(problems.where, [f.label for f in unit.files]),
+        stats=dict(sorted(stats.items())),
+    )

@@ -1,0 +1,480 @@
+"""ctxsim's compiled trace format (`.ctxt`): a content-free Trace on disk.
+
+Compiling is the slow part (parsing, tokenizing, anchoring); sweeps read the compiled form
+many times, and users share it instead of transcripts because it holds no message text.
+The layout is documented in traces/README.md; in short, a ZIP archive of stored entries,
+in this order:
+
+- `meta.json`: format name and version, the trace's metadata and per-session metadata
+  (compact JSON, sorted keys);
+- `blocks.parquet`, `requests.parquet`: every session's rows concatenated, with a leading
+  `session` int32 column, zstd-compressed, without statistics.
+
+Writing the same Trace twice gives identical bytes (fixed entry order and timestamps, no
+varying Parquet statistics), so compiled files can be compared, deduplicated and cached
+by content. Reading never raises anything but TraceError for a bad file, and gives
+read-only numpy arrays that share memory with the decoded Arrow buffers (zero copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import operator
+import os
+import tempfile
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from simulator.model import (
+    BLOCK_COLUMNS,
+    REQUEST_COLUMNS,
+    Columns,
+    CompactionEvent,
+    Session,
+    Trace,
+)
+from traces.errors import TraceError
+
+FORMAT_NAME = "ctxsim compiled trace"
+#: Bumped on any change to the entries, columns, column types or meta.json fields.
+FORMAT_VERSION = 1
+SUFFIX = ".ctxt"
+
+META = "meta.json"
+BLOCKS = "blocks.parquet"
+REQUESTS = "requests.parquet"
+ENTRIES = (META, BLOCKS, REQUESTS)
+
+#: Error categories (TraceError.category) raised by `read` / `from_bytes`.
+NOT_COMPILED = "not-compiled"
+VERSION = "compiled-version"
+MISSING_ENTRY = "compiled-missing-entry"
+SCHEMA = "compiled-schema"
+CORRUPT = "compiled-corrupt"
+UNREADABLE = "unreadable"
+
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+_LOCAL_HEADER = b"PK\x03\x04"
+_EMPTY_ZIP = b"PK\x05\x06"
+#: Every writer option is spelled out so that a change of pyarrow's defaults cannot change
+#: the bytes (or the read speed) silently.
+_PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "use_dictionary": True,
+    "write_statistics": False,
+    "write_page_index": False,
+    "write_page_checksum": False,
+    "store_schema": True,
+    "version": "2.6",
+    "data_page_version": "1.0",
+    "row_group_size": 1 << 20,
+}
+
+
+def _arrow_schema(columns: dict[str, Any]) -> pa.Schema:
+    fields = [pa.field("session", pa.int32(), nullable=False)]
+    fields += [
+        pa.field(name, pa.from_numpy_dtype(np.dtype(dtype)), nullable=False)
+        for name, dtype in columns.items()
+    ]
+    return pa.schema(fields)
+
+
+BLOCKS_SCHEMA = _arrow_schema(BLOCK_COLUMNS)
+REQUESTS_SCHEMA = _arrow_schema(REQUEST_COLUMNS)
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def to_bytes(trace: Trace) -> bytes:
+    """The compiled file's bytes; equal traces give equal bytes."""
+    meta = _meta(trace)
+    blocks = _parquet([s.blocks for s in trace.sessions], BLOCK_COLUMNS, BLOCKS_SCHEMA)
+    requests = _parquet([s.requests for s in trace.sessions], REQUEST_COLUMNS, REQUESTS_SCHEMA)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, data in ((META, meta), (BLOCKS, blocks), (REQUESTS, requests)):
+            info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
+            info.compress_type = zipfile.ZIP_STORED
+            info.create_system = 3  # the default depends on the platform
+            info.external_attr = 0o100644 << 16
+            zf.writestr(info, data)
+    return out.getvalue()
+
+
+def write(trace: Trace, path: Path) -> None:
+    """Write atomically: readers see the old file or the complete new one, never a part."""
+    data = to_bytes(trace)  # serialise first: a failure here touches nothing on disk
+    _atomic_write(Path(path), data)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if hasattr(os, "fchmod"):
+                os.fchmod(fh.fileno(), 0o644)  # mkstemp's 0600 would hide shared files
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Persist the rename itself (POSIX); harmless where directories cannot be opened."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _meta(trace: Trace) -> bytes:
+    sessions = [
+        {
+            "id": s.id,
+            "kind": s.kind,
+            "parent": operator.index(s.parent),
+            "client": s.client,
+            "prefix_tokens": operator.index(s.prefix_tokens),
+            "tools": list(s.tools),
+            "models": list(s.models),
+            "events": [
+                {
+                    "request": operator.index(e.request),
+                    "trigger": e.trigger,
+                    "pre_tokens": operator.index(e.pre_tokens),
+                    "summary_block": operator.index(e.summary_block),
+                    "ts": operator.index(e.ts),
+                }
+                for e in s.events
+            ],
+            "n_blocks": len(s.blocks),
+            "n_requests": len(s.requests),
+        }
+        for s in trace.sessions
+    ]
+    meta = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "trace_format": trace.format,
+        "source_digest": trace.source_digest,
+        "skipped": {k: operator.index(v) for k, v in trace.skipped.items()},
+        "skipped_at": list(trace.skipped_at),
+        "stats": {k: operator.index(v) for k, v in trace.stats.items()},
+        "sessions": sessions,
+    }
+    try:
+        raw = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:
+        raise ValueError(f"trace metadata cannot be written as JSON: {exc}") from exc
+    try:  # never write a file that `read` would refuse (e.g. a tool name that is None)
+        _parse_meta(raw, "<trace being written>")
+    except TraceError as exc:
+        raise ValueError(f"trace metadata is malformed: {exc.message}") from exc
+    return raw
+
+
+def _parquet(parts: list[Columns], columns: dict[str, Any], schema: pa.Schema) -> bytes:
+    lengths = np.array([len(c) for c in parts], dtype=np.int64)
+    arrays: list[pa.Array] = [
+        pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), lengths), type=pa.int32())
+    ]
+    for name, dtype in columns.items():
+        values = [np.asarray(c[name], dtype=dtype) for c in parts]
+        merged = np.concatenate(values) if values else np.zeros(0, dtype=dtype)
+        arrays.append(pa.array(merged, type=schema.field(name).type))
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **_PARQUET_OPTIONS)
+    return bytes(sink.getvalue())
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def read(path: Path, label: str | None = None) -> Trace:
+    """Read a `.ctxt` file; errors name `label` (default: the file name, never its path)."""
+    path = Path(path)
+    label = label if label is not None else path.name
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(label, 0, UNREADABLE, f"cannot read file: {exc.strerror}") from None
+    return from_bytes(data, label)
+
+
+def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> Trace:
+    """Decode a compiled trace; any problem is a TraceError with one of the categories above."""
+    entries = _unzip(bytes(data), label)
+    meta = _parse_meta(entries[META], label)
+    sessions_meta = meta["sessions"]
+    n_blocks = np.array([s["n_blocks"] for s in sessions_meta], dtype=np.int64)
+    n_requests = np.array([s["n_requests"] for s in sessions_meta], dtype=np.int64)
+    blocks = _read_table(entries[BLOCKS], BLOCKS, BLOCKS_SCHEMA, n_blocks, label)
+    requests = _read_table(entries[REQUESTS], REQUESTS, REQUESTS_SCHEMA, n_requests, label)
+    sessions = [
+        Session(
+            id=s["id"],
+            kind=s["kind"],
+            parent=s["parent"],
+            client=s["client"],
+            prefix_tokens=s["prefix_tokens"],
+            tools=s["tools"],
+            models=s["models"],
+            blocks=Columns(BLOCK_COLUMNS, b),
+            requests=Columns(REQUEST_COLUMNS, r),
+            events=s["events"],
+        )
+        for s, b, r in zip(sessions_meta, blocks, requests, strict=True)
+    ]
+    return Trace(
+        format=meta["trace_format"],
+        source_digest=meta["source_digest"],
+        sessions=sessions,
+        skipped=meta["skipped"],
+        skipped_at=meta["skipped_at"],
+        stats=meta["stats"],
+    )
+
+
+def _unzip(data: bytes, label: str) -> dict[str, bytes]:
+    looks_zip = data[:4] in (_LOCAL_HEADER, _EMPTY_ZIP)
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        if looks_zip:
+            raise TraceError(label, 0, CORRUPT, f"damaged zip archive: {exc}") from None
+        raise TraceError(
+            label, 0, NOT_COMPILED, "not a ctxsim compiled trace (not a zip archive)"
+        ) from None
+    with zf:
+        names = set(zf.namelist())
+        missing = [name for name in ENTRIES if name not in names]
+        if missing:
+            raise TraceError(label, 0, MISSING_ENTRY, f"compiled trace lacks {', '.join(missing)}")
+        out: dict[str, bytes] = {}
+        for name in ENTRIES:
+            try:
+                out[name] = zf.read(name)
+            except (
+                zipfile.BadZipFile,
+                zlib.error,
+                OSError,
+                EOFError,
+                NotImplementedError,
+                RuntimeError,
+                ValueError,
+            ) as exc:
+                raise TraceError(label, 0, CORRUPT, f"cannot extract {name}: {exc}") from None
+    return out
+
+
+# -- meta.json validation: a malformed file must fail with a message, never a KeyError -----
+
+
+def _fail(label: str, message: str) -> TraceError:
+    return TraceError(label, 0, SCHEMA, f"{META}: {message}")
+
+
+def _get(obj: dict[str, Any], key: str, where: str, label: str) -> Any:
+    if key not in obj:
+        raise _fail(label, f"{where}{key} is missing")
+    return obj[key]
+
+
+def _int(obj: dict[str, Any], key: str, where: str, label: str) -> int:
+    value = _get(obj, key, where, label)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _fail(label, f"{where}{key} must be an integer")
+    return value
+
+
+def _str(obj: dict[str, Any], key: str, where: str, label: str) -> str:
+    value = _get(obj, key, where, label)
+    if not isinstance(value, str):
+        raise _fail(label, f"{where}{key} must be a string")
+    return value
+
+
+def _str_list(obj: dict[str, Any], key: str, where: str, label: str) -> list[str]:
+    value = _get(obj, key, where, label)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(label, f"{where}{key} must be a list of strings")
+    return value
+
+
+def _counts(obj: dict[str, Any], key: str, where: str, label: str) -> dict[str, int]:
+    value = _get(obj, key, where, label)
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value.values()
+    ):
+        raise _fail(label, f"{where}{key} must map names to integers")
+    return value
+
+
+def _list(obj: dict[str, Any], key: str, where: str, label: str) -> list[Any]:
+    value = _get(obj, key, where, label)
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise _fail(label, f"{where}{key} must be a list of objects")
+    return value
+
+
+def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
+    """The validated meta.json, with every field present and of the right type."""
+    try:
+        meta = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(label, 0, CORRUPT, f"{META} is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise _fail(label, "must be a JSON object")
+    if meta.get("format") != FORMAT_NAME:
+        raise TraceError(
+            label, 0, NOT_COMPILED, f"zip archive is not a {FORMAT_NAME} (format field)"
+        )
+    version = _int(meta, "version", "", label)
+    if version > FORMAT_VERSION:
+        raise TraceError(
+            label,
+            0,
+            VERSION,
+            f"compiled trace format version {version} is newer than this ctxsim reads "
+            f"({FORMAT_VERSION}); upgrade ctxsim or compile the source again",
+        )
+    if version < 1:
+        raise _fail(label, f"version {version} is not a valid format version")
+    out: dict[str, Any] = {
+        "trace_format": _str(meta, "trace_format", "", label),
+        "source_digest": _str(meta, "source_digest", "", label),
+        "skipped": _counts(meta, "skipped", "", label),
+        "skipped_at": _str_list(meta, "skipped_at", "", label),
+        "stats": _counts(meta, "stats", "", label),
+    }
+    sessions = []
+    for i, s in enumerate(_list(meta, "sessions", "", label)):
+        where = f"sessions[{i}]."
+        events = []
+        for j, e in enumerate(_list(s, "events", where, label)):
+            ew = f"{where}events[{j}]."
+            events.append(
+                CompactionEvent(
+                    request=_int(e, "request", ew, label),
+                    trigger=_str(e, "trigger", ew, label),
+                    pre_tokens=_int(e, "pre_tokens", ew, label),
+                    summary_block=_int(e, "summary_block", ew, label),
+                    ts=_int(e, "ts", ew, label),
+                )
+            )
+        session: dict[str, Any] = {
+            "id": _str(s, "id", where, label),
+            "kind": _str(s, "kind", where, label),
+            "parent": _int(s, "parent", where, label),
+            "client": _str(s, "client", where, label),
+            "prefix_tokens": _int(s, "prefix_tokens", where, label),
+            "tools": _str_list(s, "tools", where, label),
+            "models": _str_list(s, "models", where, label),
+            "events": events,
+            "n_blocks": _int(s, "n_blocks", where, label),
+            "n_requests": _int(s, "n_requests", where, label),
+        }
+        if session["n_blocks"] < 0 or session["n_requests"] < 0:
+            raise _fail(label, f"{where}n_blocks and n_requests must not be negative")
+        sessions.append(session)
+    out["sessions"] = sessions
+    return out
+
+
+# -- Parquet tables -----------------------------------------------------------------------
+
+
+def _read_table(
+    raw: bytes, entry: str, schema: pa.Schema, counts: npt.NDArray[np.int64], label: str
+) -> list[dict[str, npt.NDArray[Any]]]:
+    """Decode one table and split it into per-session column dicts (views, no copies)."""
+    try:
+        # Single-threaded on purpose: sweeps parallelise across processes, and Arrow's
+        # thread pool can abort the interpreter at exit (apache/arrow#34314; seen here
+        # in about 2% of runs with polars loaded). ParquetFile also skips the dataset
+        # layer, which costs ~1 ms per call on small tables.
+        table = pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False)
+    except Exception as exc:  # pyarrow raises many types for a damaged file
+        raise TraceError(label, 0, CORRUPT, f"{entry} is not readable Parquet: {exc}") from None
+    _check_schema(table.schema, schema, entry, label)
+    total = int(counts.sum())
+    if table.num_rows != total:
+        raise TraceError(
+            label,
+            0,
+            CORRUPT,
+            f"{entry} has {table.num_rows} rows, {META} announces {total}",
+        )
+    for name in schema.names:
+        if table.column(name).null_count:
+            raise TraceError(label, 0, SCHEMA, f"{entry}: column {name!r} holds nulls")
+    arrays = {name: _to_numpy(table.column(name), schema.field(name).type) for name in schema.names}
+    session = arrays.pop("session")
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if total and not np.array_equal(
+        session, np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+    ):
+        raise TraceError(
+            label,
+            0,
+            CORRUPT,
+            f"{entry}: session column does not match the sessions in {META} "
+            "(rows must be grouped by session, in session order)",
+        )
+    return [
+        {name: a[offsets[i] : offsets[i + 1]] for name, a in arrays.items()}
+        for i in range(len(counts))
+    ]
+
+
+def _check_schema(actual: pa.Schema, expected: pa.Schema, entry: str, label: str) -> None:
+    """Names and types must match (nullability is checked on the data, not the schema)."""
+    problems = []
+    have = {f.name: f.type for f in actual}
+    for field in expected:
+        if field.name not in have:
+            problems.append(f"missing column {field.name!r}")
+        elif have[field.name] != field.type:
+            problems.append(f"column {field.name!r} is {have[field.name]}, expected {field.type}")
+    extra = [name for name in have if name not in expected.names]
+    if extra:
+        problems.append(f"unexpected columns {extra}")
+    if problems:
+        raise TraceError(label, 0, SCHEMA, f"{entry}: " + "; ".join(problems))
+
+
+def _to_numpy(column: pa.ChunkedArray, dtype: pa.DataType) -> npt.NDArray[Any]:
+    """A read-only numpy view of a null-free Arrow column (a copy only for bool/chunks)."""
+    if column.num_chunks == 1:
+        chunk = column.chunk(0)
+    elif column.num_chunks == 0:
+        chunk = pa.array([], type=dtype)
+    else:
+        chunk = pa.concat_arrays(column.chunks)
+    array: npt.NDArray[Any] = chunk.to_numpy(zero_copy_only=False)
+    array.flags.writeable = False
+    return array

@@ -1,0 +1,35 @@
+"""Bad input handling: a clear error naming file and line, or, under --lenient, a count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class TraceError(Exception):
+    """A problem in a source trace, located by file label and 1-based line number."""
+
+    def __init__(self, file: str, line: int, category: str, message: str) -> None:
+        self.file = file
+        self.line = line
+        self.category = category
+        self.message = message
+        where = f"{file}:{line}" if line > 0 else file
+        super().__init__(f"{where}: {message} [{category}]")
+
+
+@dataclass
+class Problems:
+    """Collects problems: raises at the first one in strict mode, counts them when lenient."""
+
+    lenient: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    where: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    def report(self, file: str, line: int, category: str, message: str) -> None:
+        """Raise a TraceError, or (lenient) record that the offending input was skipped."""
+        if not self.lenient:
+            raise TraceError(file, line, category, message + " (use --lenient to skip and count)")
+        self.counts[category] = self.counts.get(category, 0) + 1
+        self.where.append(f"{file}:{line}" if line > 0 else file)
+        self.messages.append(f"{self.where[-1]}: {message} [{category}]")
