@@ -31,9 +31,11 @@ def _cache(no_cache: bool) -> Any:
     return None if no_cache else CompileCache(default_root())
 
 
-def _loaded(paths: tuple[Path, ...], lenient: bool, no_cache: bool, label: str) -> Iterator[Any]:
+def _loaded(
+    paths: tuple[Path, ...], lenient: bool, no_cache: bool, label: str, jobs: int = 0
+) -> Iterator[Any]:
     """Compile (or fetch from cache) every trace under `paths`, with a progress bar."""
-    from traces.load import load_unit, units_and_others
+    from traces.load import default_jobs, load_all, units_and_others
 
     try:
         found, others = units_and_others(list(paths))
@@ -42,18 +44,15 @@ def _loaded(paths: tuple[Path, ...], lenient: bool, no_cache: bool, label: str) 
     _note_others(others)
     cache = _cache(no_cache)
     show = len(found) > 1 and sys.stderr.isatty()
-    with (
-        click.progressbar(
-            found, label=label, file=sys.stderr, show_pos=True, item_show_func=lambda _: None
-        )
-        if show
-        else _plain(found) as bar
-    ):
-        for unit in bar:
-            try:
-                yield load_unit(unit, lenient=lenient, cache=cache)
-            except TraceError as exc:
-                _fail(str(exc))
+    results = load_all(found, lenient=lenient, cache=cache, jobs=jobs or default_jobs())
+    try:
+        if show:
+            with click.progressbar(results, length=len(found), label=label, file=sys.stderr) as bar:
+                yield from bar
+        else:
+            yield from results
+    except TraceError as exc:
+        _fail(str(exc))
 
 
 def _note_others(others: list[str]) -> None:
@@ -63,17 +62,6 @@ def _note_others(others: list[str]) -> None:
             f"(first: {others[0]})",
             err=True,
         )
-
-
-class _plain:
-    def __init__(self, items: list[Any]) -> None:
-        self.items = items
-
-    def __enter__(self) -> list[Any]:
-        return self.items
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -109,6 +97,9 @@ _lenient = click.option(
     "--lenient", is_flag=True, help="Skip and count bad lines instead of stopping at the first."
 )
 _no_cache = click.option("--no-cache", is_flag=True, help="Always compile; ignore the cache.")
+_jobs = click.option(
+    "--jobs", "-j", type=click.IntRange(0), default=0, help="Traces compiled at once (0: auto)."
+)
 
 
 @traces.command("import")
@@ -116,23 +107,14 @@ _no_cache = click.option("--no-cache", is_flag=True, help="Always compile; ignor
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Directory.")
 @_lenient
 @_no_cache
-def import_(src: tuple[Path, ...], out: Path, lenient: bool, no_cache: bool) -> None:
+@_jobs
+def import_(src: tuple[Path, ...], out: Path, lenient: bool, no_cache: bool, jobs: int) -> None:
     """Compile traces into content-free .ctxt files under OUT."""
-    from traces import compiled
+    from traces.load import import_into
 
-    # Compile everything first: bad input then stops the run before any file is written.
-    items = list(_loaded(src, lenient, no_cache, "importing"))
-    out.mkdir(parents=True, exist_ok=True)
-    n = skipped = hits = 0
-    for item in items:
-        if "empty-file" in item.trace.skipped:  # nothing to compile (--lenient counted it)
-            skipped += 1
-            continue
-        compiled.write(item.trace, out / item.name)
-        n += 1
-        hits += item.cached
-        skipped += sum(item.trace.skipped.values())
-    msg = f"imported {n} trace(s) into {out} ({hits} from cache)"
+    summary = import_into(_loaded(src, lenient, no_cache, "importing", jobs), out)
+    msg = f"imported {summary.written} trace(s) into {out} ({summary.from_cache} from cache)"
+    skipped = summary.skipped_problems
     if skipped:
         msg += f"; skipped {skipped} bad line(s) (--lenient)"
     click.echo(msg)

@@ -241,3 +241,31 @@ def test_inline_sidechains_become_sessions(shared: Path) -> None:
         assert got == len(side_requests), unit.label
         found += got
     assert found > 0
+
+
+def test_traces_stats_command_totals_match_raw_json(shared: Path) -> None:
+    """`ctxsim traces stats --json`: per trace, input / cache read / cache write as counted
+    independently from the raw JSON."""
+    from click.testing import CliRunner
+
+    from simulator.cli import main
+
+    result = CliRunner().invoke(
+        main, ["traces", "stats", str(shared / "claude-code"), "--json", "--lenient"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    got: dict[str, dict[str, int]] = {}
+    for row in rows:
+        name = Path(row["trace"]).name
+        t = got.setdefault(name, {"input": 0, "cache_read": 0, "cache_write": 0})
+        t["input"] += row["input"]
+        t["cache_read"] += row["cache_read"]
+        t["cache_write"] += row["cache_write_5m"] + row["cache_write_1h"]
+    for unit in _units(str(shared)):
+        expected = {"input": 0, "cache_read": 0, "cache_write": 0}
+        for f in unit.files:
+            counted = _independent_usage(f.path)
+            for key in expected:
+                expected[key] += counted[key]
+        assert got[unit.files[0].path.name] == expected, unit.label

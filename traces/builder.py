@@ -16,7 +16,6 @@ cannot be carried by non-negative counts: it is counted in `Session`-level stats
 from __future__ import annotations
 
 import hashlib
-import hmac
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ from simulator.model import (
     Role,
     Session,
 )
+from traces.source import ImportUnit
 from traces.tokens import count_tokens
 
 #: Claude Code's own size estimate for an image (DESIGN.md section 4); used as the raw count.
@@ -53,17 +53,14 @@ class Hasher:
 
     def __init__(self, key: bytes) -> None:
         self._key = hashlib.blake2b(key, person=b"ctxsim-key", digest_size=32).digest()
+        self._base = hashlib.blake2b(key=self._key, digest_size=8)
 
     def hash(self, *parts: str) -> int:
-        h = hashlib.blake2b(key=self._key, digest_size=8)
-        for part in parts:
-            data = part.encode("utf-8", "surrogatepass")
-            h.update(len(data).to_bytes(8, "little"))
-            h.update(data)
+        """Hash of the parts; a separator that text cannot contain keeps ("ab","c") apart
+        from ("a","bc")."""
+        h = self._base.copy()
+        h.update("\udfff".join(parts).encode("utf-8", "surrogatepass"))
         return int.from_bytes(h.digest(), "little") or 1
-
-    def hash_bytes(self, data: bytes) -> int:
-        return int.from_bytes(hmac.digest(self._key, data, "blake2b")[:8], "little") or 1
 
 
 @dataclass
@@ -81,6 +78,22 @@ class RecordedUsage:
         return self.input + self.cache_read + self.cache_write_5m + self.cache_write_1h
 
 
+_ROW_FIELDS = (
+    "msg",
+    "kind",
+    "role",
+    "tool",
+    "tokens_raw",
+    "chars",
+    "hash",
+    "ts",
+    "first_request",
+    "origin",
+    "flags",
+    "path_hash",
+)
+
+
 class SessionBuilder:
     """Accumulates one session's blocks and requests in the order they enter the context."""
 
@@ -92,7 +105,11 @@ class SessionBuilder:
         self.kind = kind
         self.parent = parent
         self.client = client
-        self._blocks: dict[str, list[Any]] = {name: [] for name in BLOCK_COLUMNS}
+        #: One tuple per block (fields: _ROW_FIELDS): one append per block keeps the reader's
+        #: inner loop cheap; columns are made once, in `finish`.
+        self._rows: list[tuple[int, ...]] = []
+        self._hidden: list[int] = []
+        self._compacted: list[int] = []
         self._texts: list[str | None] = []
         self._requests: dict[str, list[Any]] = {name: [] for name in REQUEST_COLUMNS}
         self._tools: dict[str, int] = {}
@@ -135,30 +152,34 @@ class SessionBuilder:
         `use_id` names a tool_use so a later tool_result (`result_for`) can link to it.
         `tokens` overrides the tokenizer (images, or sizes known from elsewhere).
         """
-        b = self._blocks
-        if b["first_request"] and first_request < b["first_request"][-1]:
+        rows = self._rows
+        if rows and first_request < rows[-1][8]:
             raise ValueError("blocks must be added in non-decreasing first_request order")
-        idx = len(self._texts)
-        b["msg"].append(msg)
-        b["kind"].append(int(kind))
-        b["role"].append(int(role))
-        b["tool"].append(self._tool_index(tool))
-        b["link"].append(-1)
-        b["tokens_raw"].append(-1 if tokens is None else tokens)
-        b["tokens"].append(0)
-        b["chars"].append(len(text))
-        b["hash"].append(self.hasher.hash(str(int(kind)), tool or "", text))
-        b["ts"].append(ts)
-        b["first_request"].append(first_request)
-        b["hidden_from"].append(NEVER)
-        b["compacted_at"].append(NEVER)
-        b["origin"].append(origin)
+        idx = len(rows)
+        hasher = self.hasher
         if path:
-            b["path_hash"].append(self.hasher.hash("path", path))
+            path_hash = hasher.hash("path", path)
         else:
-            b["path_hash"].append(0)
+            path_hash = 0
             flags &= ~(Flag.PATH_READ | Flag.PATH_WRITE)
-        b["flags"].append(int(flags))
+        rows.append(
+            (
+                msg,
+                int(kind),
+                int(role),
+                self._tool_index(tool),
+                -1 if tokens is None else tokens,
+                len(text),
+                hasher.hash(str(int(kind)), tool or "", text),
+                ts,
+                first_request,
+                origin,
+                int(flags),
+                path_hash,
+            )
+        )
+        self._hidden.append(NEVER)
+        self._compacted.append(NEVER)
         self._texts.append(text if tokens is None else None)
         if use_id is not None:
             self._uses[use_id] = idx
@@ -168,18 +189,17 @@ class SessionBuilder:
 
     def hide(self, block: int, from_request: int) -> None:
         """Tombstone a block from a request on (a rewind left its branch)."""
-        self._blocks["hidden_from"][block] = min(self._blocks["hidden_from"][block], from_request)
+        self._hidden[block] = min(self._hidden[block], from_request)
 
     def compact_away(self, block: int, at_request: int) -> None:
         """The recording's own compaction dropped this block from `at_request` on."""
-        cur = self._blocks["compacted_at"][block]
-        self._blocks["compacted_at"][block] = min(cur, at_request)
+        self._compacted[block] = min(self._compacted[block], at_request)
 
     def block_first_request(self, block: int) -> int:
-        return int(self._blocks["first_request"][block])
+        return self._rows[block][8]
 
     def block_kinds(self, blocks: list[int]) -> list[int]:
-        return [self._blocks["kind"][b] for b in blocks]
+        return [self._rows[b][1] for b in blocks]
 
     def has_use(self, use_id: str) -> bool:
         return use_id in self._uses
@@ -224,24 +244,32 @@ class SessionBuilder:
     def finish(self, token_cache: dict[int, int] | None = None) -> Session:
         """Count tokens, link tool pairs, fix implausible outputs, anchor to usage."""
         cache = token_cache if token_cache is not None else {}
-        raw = self._blocks["tokens_raw"]
-        hashes = self._blocks["hash"]
-        for i, text in enumerate(self._texts):
-            if raw[i] >= 0:
-                continue
+        n = len(self._rows)
+        columns = list(zip(*self._rows, strict=True)) if n else [()] * len(_ROW_FIELDS)
+        blocks = {
+            name: np.asarray(col, dtype=BLOCK_COLUMNS[name])
+            for name, col in zip(_ROW_FIELDS, columns, strict=True)
+        }
+        raw = blocks["tokens_raw"]
+        hashes = blocks["hash"].tolist()
+        for i in np.nonzero(raw < 0)[0].tolist():
             h = hashes[i]
-            n = cache.get(h)
-            if n is None:
-                n = count_tokens(text or "")
-                cache[h] = n
-            raw[i] = n
-        link = self._blocks["link"]
+            count = cache.get(h)
+            if count is None:
+                count = count_tokens(self._texts[i] or "")
+                cache[h] = count
+            raw[i] = count
+        link = np.full(n, -1, dtype=np.int32)
         for result, use_id in self._links:
             use = self._uses.get(use_id)
             if use is not None:
                 link[result] = use
                 link[use] = result
-        blocks = {k: np.asarray(v, dtype=BLOCK_COLUMNS[k]) for k, v in self._blocks.items()}
+        blocks["link"] = link
+        blocks["hidden_from"] = np.asarray(self._hidden, dtype=np.int32)
+        blocks["compacted_at"] = np.asarray(self._compacted, dtype=np.int32)
+        blocks["tokens"] = np.zeros(n, dtype=np.int32)
+        blocks = {name: blocks[name] for name in BLOCK_COLUMNS}  # schema order
         requests = {k: np.asarray(v, dtype=REQUEST_COLUMNS[k]) for k, v in self._requests.items()}
         blocks["tokens"] = blocks["tokens_raw"].copy()
         self._fix_outputs(blocks, requests)
@@ -440,13 +468,9 @@ def _distribute(total: int, weights: npt.NDArray[np.int64]) -> npt.NDArray[np.in
     return base
 
 
-def hasher_for(contents: list[bytes]) -> Hasher:
-    """The keyed hasher of an import unit: its key is a digest of all of the unit's bytes."""
-    h = hashlib.blake2b(digest_size=32, person=b"ctxsim-unitkey")
-    for data in contents:
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return Hasher(h.digest())
+def hasher_for(unit: ImportUnit, contents: list[bytes]) -> Hasher:
+    """The keyed hasher of an import unit: keyed by a digest of all of the unit's bytes."""
+    return Hasher(unit.fingerprint(contents)[1])
 
 
 def skipped_locations(where: list[str], labels: list[str]) -> list[str]:

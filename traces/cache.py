@@ -13,6 +13,7 @@ Layout: `<root>/compiled-f<FORMAT_VERSION>-c<COMPILER_VERSION>/<digest[:2]>/<dig
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -31,6 +32,16 @@ ENV_VAR = "CTXSIM_CACHE_DIR"
 
 _DIGEST = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
 _VERSION_DIR = re.compile(r"compiled-f[^/\\]+-c[^/\\]+")
+
+
+def _stat_key(files: list[Path]) -> str:
+    h = hashlib.sha256(b"ctxsim-stat-v1")
+    for f in files:
+        st = f.stat()
+        h.update(
+            f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_dev}\0".encode()
+        )
+    return h.hexdigest()
 
 
 def default_root() -> Path:
@@ -80,11 +91,62 @@ class CompileCache:
             return None
         return trace
 
-    def put(self, trace: Trace) -> Path:
-        """Store `trace` under its source digest; raises OSError if the cache is unwritable."""
+    def lookup(self, digest: str, *, lenient: bool = True) -> tuple[Path, dict[str, int]] | None:
+        """The entry's path and skipped counts if it holds this source's compilation.
+
+        Reads meta.json only.
+
+        A strict lookup passes over an entry compiled under --lenient that skipped input:
+        strict mode must see (and report) the bad input itself.
+        """
+        path = self.path_for(digest)
+        if not path.is_file():
+            return None
+        peeked = compiled.peek(path)
+        if peeked is None or peeked[0] != digest:
+            self._discard(path)
+            return None
+        return (path, peeked[1]) if lenient or not peeked[1] else None
+
+    def remembered(self, files: list[Path]) -> str | None:
+        """The digest last computed for these files, if none of them changed since.
+
+        Keyed by path, size, mtime (ns), inode and device, as git's index does: a warm
+        import then reads no source bytes at all.
+        """
+        try:
+            key = _stat_key(files)
+            value = (self._stat_dir / key[:2] / key).read_text().strip()
+        except (OSError, ValueError):
+            return None
+        return value if _DIGEST.fullmatch(value) else None
+
+    def remember(self, files: list[Path], digest: str) -> None:
+        try:
+            key = _stat_key(files)
+            path = self._stat_dir / key[:2] / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(digest)
+            os.replace(tmp, path)
+        except OSError:
+            return
+
+    @property
+    def _stat_dir(self) -> Path:
+        return self.root / "stat-index-v1"
+
+    def put(self, trace: Trace, data: bytes | None = None) -> Path:
+        """Store `trace` (serialised as `data` if given) under its source digest.
+
+        Raises OSError if the cache is unwritable.
+        """
         path = self.path_for(trace.source_digest)
         path.parent.mkdir(parents=True, exist_ok=True)
-        compiled.write(trace, path)
+        if data is None:
+            compiled.write(trace, path, durable=False)
+        else:
+            compiled.write_bytes(data, path, durable=False)
         return path
 
     def prune(self) -> int:

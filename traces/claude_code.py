@@ -411,16 +411,22 @@ class _SessionAssembler:
             previous = uuid
         self.parents = parents
 
-    def _logical_path_from(self, uuid: str | None) -> list[str]:
+    def _logical_path_from(self, uuid: str | None) -> tuple[int, list[str]]:
+        """How much of the current path the context of `uuid` keeps, and what it adds.
+
+        Walks up only until it meets the current path, so an append-only step costs
+        O(new nodes), not O(path).
+        """
         out: list[str] = []
         seen: set[str] = set()
         while uuid is not None and uuid not in seen and uuid in self.r.nodes:
-            if uuid in self.path_pos and self.path[self.path_pos[uuid]] == uuid:
-                return self.path[: self.path_pos[uuid] + 1] + out[::-1]
+            pos = self.path_pos.get(uuid)
+            if pos is not None:
+                return pos + 1, out[::-1]
             seen.add(uuid)
             out.append(uuid)
             uuid = self.parents.get(uuid)
-        return out[::-1]
+        return 0, out[::-1]
 
     def run(self, requests: list[_Request]) -> None:
         for k, req in enumerate(requests):
@@ -428,11 +434,10 @@ class _SessionAssembler:
             self.b.set_output(k, req.output)
             self.strip_thinking = not PRESERVES_THINKING.match(req.model)
             first = self.r.nodes[req.first_node]
-            new_path = self._logical_path_from(self.parents.get(first.uuid))
-            self._advance(k, new_path)
+            self._advance(k, *self._logical_path_from(self.parents.get(first.uuid)))
         tail = self._last_leaf()
         if tail is not None:
-            self._advance(len(requests), self._logical_path_from(tail))
+            self._advance(len(requests), *self._logical_path_from(tail))
         self.flush_event(-1)
 
     def _last_leaf(self) -> str | None:
@@ -441,17 +446,15 @@ class _SessionAssembler:
                 return uuid
         return None
 
-    def _advance(self, k: int, new_path: list[str]) -> None:
-        common = 0
-        limit = min(len(self.path), len(new_path))
-        while common < limit and self.path[common] == new_path[common]:
-            common += 1
-        for uuid in self.path[common:]:
-            for blk in self.node_blocks.get(uuid, []):
-                self.b.hide(blk, k)
-            self.path_pos.pop(uuid, None)
-        self.path = self.path[:common]
-        for uuid in new_path[common:]:
+    def _advance(self, k: int, common: int, added: list[str]) -> None:
+        """Context of request k: the first `common` nodes of the current path, then `added`."""
+        if common < len(self.path):  # a rewind: the rest of the old branch leaves
+            for uuid in self.path[common:]:
+                for blk in self.node_blocks.get(uuid, []):
+                    self.b.hide(blk, k)
+                self.path_pos.pop(uuid, None)
+            del self.path[common:]
+        for uuid in added:
             self.path_pos[uuid] = len(self.path)
             self.path.append(uuid)
             node = self.r.nodes[uuid]
@@ -755,7 +758,7 @@ def _ordered(reader: _FileReader, requests: list[_Request]) -> list[_Request]:
 
 def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
     """Compile a Claude Code session (with its subagent files) into a Trace."""
-    hasher = hasher_for(contents)
+    hasher = hasher_for(unit, contents)
     token_cache: dict[int, int] = {}
     sessions: list[Session] = []
     stats: dict[str, int] = {}

@@ -936,7 +936,7 @@ def _history_item(item: dict[str, Any]) -> tuple[Kind, Role, str]:
 
 def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
     """Compile a Codex rollout into a Trace (one main session per file of the unit)."""
-    hasher = hasher_for(contents)
+    hasher = hasher_for(unit, contents)
     token_cache: dict[int, int] = {}
     sessions: list[Session] = []
     stats: dict[str, int] = {}

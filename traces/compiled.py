@@ -69,12 +69,12 @@ _EMPTY_ZIP = b"PK\x05\x06"
 #: the bytes (or the read speed) silently.
 _PARQUET_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
-    "compression_level": 3,
-    "use_dictionary": True,
+    "compression_level": 1,
+    "use_dictionary": False,
     "write_statistics": False,
     "write_page_index": False,
     "write_page_checksum": False,
-    "store_schema": True,
+    "store_schema": False,
     "version": "2.6",
     "data_page_version": "1.0",
     "row_group_size": 1 << 20,
@@ -113,13 +113,22 @@ def to_bytes(trace: Trace) -> bytes:
     return out.getvalue()
 
 
-def write(trace: Trace, path: Path) -> None:
-    """Write atomically: readers see the old file or the complete new one, never a part."""
+def write(trace: Trace, path: Path, *, durable: bool = True) -> None:
+    """Write atomically: readers see the old file or the complete new one, never a part.
+
+    `durable=False` skips the fsyncs (for the compile cache, where an entry lost to a crash
+    is only a miss).
+    """
     data = to_bytes(trace)  # serialise first: a failure here touches nothing on disk
-    _atomic_write(Path(path), data)
+    _atomic_write(Path(path), data, durable=durable)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def write_bytes(data: bytes, path: Path, *, durable: bool = True) -> None:
+    """Atomically write an already serialised compiled trace (a copy out of the cache)."""
+    _atomic_write(Path(path), data, durable=durable)
+
+
+def _atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -127,13 +136,15 @@ def _atomic_write(path: Path, data: bytes) -> None:
                 os.fchmod(fh.fileno(), 0o644)  # mkstemp's 0600 would hide shared files
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -211,6 +222,21 @@ def _parquet(parts: list[Columns], columns: dict[str, Any], schema: pa.Schema) -
 
 
 # -- reading ------------------------------------------------------------------------------
+
+
+def peek(path: Path) -> tuple[str, dict[str, int]] | None:
+    """(source digest, what --lenient skipped, by category) from meta.json alone."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            meta = orjson.loads(zf.read(META))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, orjson.JSONDecodeError):
+        return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("source_digest"), str):
+        return None
+    skipped = meta.get("skipped")
+    if not isinstance(skipped, dict):
+        return None
+    return meta["source_digest"], {str(k): int(v) for k, v in skipped.items()}
 
 
 def read(path: Path, label: str | None = None) -> Trace:

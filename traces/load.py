@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,15 +24,50 @@ READERS: dict[str, Reader] = {
 }
 
 
-@dataclass
 class Loaded:
-    """A compiled trace, where it came from, and whether the compile cache had it."""
+    """A compiled trace, where it came from, and whether the compile cache had it.
 
-    label: str
-    name: str  # a file name for its compiled form, free of directory names
-    trace: Trace
-    cached: bool
-    problems: list[str]
+    A cache hit is decoded only when `.trace` is first used: copying a compiled file (what
+    `traces import` does) needs its bytes, not its arrays.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        name: str,
+        *,
+        trace: Trace | None = None,
+        path: Path | None = None,
+        cached: bool = False,
+        problems: list[str] | None = None,
+        skipped: dict[str, int] | None = None,
+    ) -> None:
+        if trace is None and path is None:
+            raise ValueError("a Loaded needs a trace or a compiled file")
+        self.label = label
+        self.name = name  # a file name for its compiled form, free of directory names
+        self.cached = cached
+        self.problems = problems or []
+        self._trace = trace
+        self._path = path
+        self._data: bytes | None = None
+        #: What --lenient skipped, by category (known without decoding a cache hit).
+        self.skipped = dict(trace.skipped if trace is not None else skipped or {})
+
+    @property
+    def trace(self) -> Trace:
+        if self._trace is None:
+            assert self._path is not None
+            self._trace = compiled.read(self._path, self.label)
+        return self._trace
+
+    def compiled_bytes(self) -> bytes:
+        """The compiled file's bytes (identical whether compiled now or taken from cache)."""
+        if self._data is None:
+            if self._trace is None and self._path is not None:
+                return self._path.read_bytes()
+            self._data = compiled.to_bytes(self.trace)
+        return self._data
 
 
 def compiled_name(unit: ImportUnit, digest: str) -> str:
@@ -43,15 +80,23 @@ def load_unit(
 ) -> Loaded:
     """Compile one import unit (or take it from the cache); raise TraceError on bad input."""
     if unit.format == "compiled":
-        trace = compiled.read(unit.files[0].path, unit.label)
-        return Loaded(unit.label, unit.files[0].path.name, trace, True, [])
+        path = unit.files[0].path
+        return Loaded(unit.label, path.name, trace=compiled.read(path, unit.label), cached=True)
+    paths = [f.path for f in unit.files]
+    if cache is not None:
+        known = cache.remembered(paths)
+        hit = cache.lookup(known, lenient=lenient) if known else None
+        if known and hit is not None:
+            name = compiled_name(unit, known)
+            return Loaded(unit.label, name, path=hit[0], cached=True, skipped=hit[1])
     contents = [f.read() for f in unit.files]
     digest = unit.digest(contents)
     name = compiled_name(unit, digest)
     if cache is not None:
-        hit = cache.get(digest)
-        if hit is not None and (lenient or not hit.skipped):
-            return Loaded(unit.label, name, hit, True, [])
+        cache.remember(paths, digest)
+        hit = cache.lookup(digest, lenient=lenient)
+        if hit is not None:
+            return Loaded(unit.label, name, path=hit[0], cached=True, skipped=hit[1])
     problems = Problems(lenient=lenient)
     try:
         trace = READERS[unit.format](unit, contents, problems)
@@ -61,9 +106,12 @@ def load_unit(
         raise TraceError(
             unit.label, 0, "internal-error", f"could not read: {type(exc).__name__}: {exc}"
         ) from exc
+    finally:
+        unit.forget()
+    loaded = Loaded(unit.label, name, trace=trace, problems=problems.messages)
     if cache is not None:
-        cache.put(trace)
-    return Loaded(unit.label, name, trace, False, problems.messages)
+        cache.put(trace, loaded.compiled_bytes())
+    return loaded
 
 
 def load(
@@ -81,3 +129,57 @@ def units(paths: list[Path]) -> list[ImportUnit]:
 def units_and_others(paths: list[Path]) -> tuple[list[ImportUnit], list[str]]:
     """Import units, and the files met in directories that hold no known trace."""
     return discover_all(paths)
+
+
+def load_all(
+    found: list[ImportUnit],
+    *,
+    lenient: bool = False,
+    cache: CompileCache | None = None,
+    jobs: int = 1,
+) -> Iterator[Loaded]:
+    """`load_unit` over many units, in order; `jobs` > 1 compiles that many at once.
+
+    Threads, not processes: tiktoken encodes outside the GIL for much of its work, so one
+    unit's tokenizing overlaps another's parsing. Results and errors come in unit order.
+    """
+    if jobs <= 1 or len(found) <= 1:
+        for unit in found:
+            yield load_unit(unit, lenient=lenient, cache=cache)
+        return
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        yield from pool.map(lambda u: load_unit(u, lenient=lenient, cache=cache), found)
+
+
+def default_jobs() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+@dataclass
+class ImportSummary:
+    written: int = 0
+    from_cache: int = 0
+    skipped_problems: int = 0
+    empty_files: int = 0
+
+
+def import_into(loaded: Iterator[Loaded] | list[Loaded], out: Path) -> ImportSummary:
+    """Write compiled traces into `out`, all or nothing.
+
+    Everything is compiled before the first file is written, so bad input stops the run
+    with `out` untouched; each file is written atomically. An empty source (counted under
+    --lenient) has nothing to write.
+    """
+    items = list(loaded)
+    summary = ImportSummary()
+    out.mkdir(parents=True, exist_ok=True)
+    for item in items:
+        summary.skipped_problems += sum(item.skipped.values())
+        if "empty-file" in item.skipped:
+            summary.empty_files += 1
+            continue
+        # Atomic (rename) but not fsynced: a crash may lose a file, never leave half of one.
+        compiled.write_bytes(item.compiled_bytes(), out / item.name, durable=False)
+        summary.written += 1
+        summary.from_cache += item.cached
+    return summary

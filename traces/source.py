@@ -49,18 +49,38 @@ class ImportUnit:
     files: list[SourceFile]
     #: Role of each file beyond the first: "subagent" or "compaction".
     roles: list[str] = field(default_factory=list)
+    _memo: tuple[int, str, bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
     def label(self) -> str:
         return self.files[0].label
 
-    def digest(self, contents: list[bytes]) -> str:
-        """sha256 over the unit's bytes (with their roles); the compile-cache key."""
+    def fingerprint(self, contents: list[bytes]) -> tuple[str, bytes]:
+        """(digest, key) of the unit's bytes in one pass over them.
+
+        `key` (sha256 over the bytes and their roles) keys the content hashes; `digest`, the
+        compile-cache key stored in the compiled trace, is a hash *of* the key, so holding a
+        compiled trace does not reveal its hashing key. Remembered for the `contents` list
+        last given, so readers and the loader share one pass.
+        """
+        memo = self._memo
+        if memo is not None and memo[0] == id(contents):
+            return memo[1], memo[2]
         h = hashlib.sha256(b"ctxsim-unit-v1\0" + self.format.encode())
         for role, data in zip(["main", *self.roles], contents, strict=True):
             h.update(role.encode() + b"\0" + len(data).to_bytes(8, "little"))
             h.update(data)
-        return h.hexdigest()
+        key = h.digest()
+        digest = hashlib.sha256(b"ctxsim-source-digest\0" + key).hexdigest()
+        self._memo = (id(contents), digest, key)
+        return digest, key
+
+    def digest(self, contents: list[bytes]) -> str:
+        """The compile-cache key of these bytes."""
+        return self.fingerprint(contents)[0]
+
+    def forget(self) -> None:
+        self._memo = None
 
 
 def iter_files(root: Path, suffixes: tuple[str, ...]) -> Iterator[SourceFile]:

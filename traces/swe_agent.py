@@ -493,7 +493,7 @@ class _TrajReader:
 
 def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
     """Compile a SWE-agent trajectory into a Trace (one main session per file)."""
-    hasher = hasher_for(contents)
+    hasher = hasher_for(unit, contents)
     token_cache: dict[int, int] = {}
     sessions: list[Session] = []
     stats: dict[str, int] = {}
