@@ -1,0 +1,51 @@
+"""A session's append-only history, indexed by request: which blocks enter and leave.
+
+Two visibilities (simulator/model.py): the *logical* history (every block the agent has
+seen, recorded compactions kept as events only) that policies project, and the
+*as-recorded* context (what the recording agent really sent, its own compactions and
+summaries included). Both are intervals per block, so entering and leaving per request
+are two sorted index arrays, computed once per session.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from simulator.model import NEVER, Flag, Session
+
+
+class Schedule:
+    """Blocks entering and leaving at each request under one visibility."""
+
+    def __init__(self, start: npt.NDArray[np.int32], end: npt.NDArray[np.int32], n: int):
+        live = start < end
+        s = np.where(live, start, NEVER).astype(np.int64)
+        e = np.where(live, end, NEVER).astype(np.int64)
+        self._enter_order = np.argsort(s, kind="stable")
+        self._leave_order = np.argsort(e, kind="stable")
+        self._enter_bounds = np.searchsorted(s[self._enter_order], np.arange(n + 2))
+        self._leave_bounds = np.searchsorted(e[self._leave_order], np.arange(n + 2))
+        self.enter = [self._enter_order[a:b].tolist() for a, b in self._pairs(self._enter_bounds)]
+        self.leave = [self._leave_order[a:b].tolist() for a, b in self._pairs(self._leave_bounds)]
+
+    @staticmethod
+    def _pairs(bounds: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
+        b = bounds.tolist()
+        return list(zip(b[:-1], b[1:], strict=True))
+
+
+class History:
+    """Per-request entering/leaving blocks of a session, for both visibilities."""
+
+    def __init__(self, session: Session) -> None:
+        b = session.blocks
+        n = session.n_requests
+        artifact = (b["flags"] & Flag.ARTIFACT) != 0
+        first = b["first_request"]
+        hidden = b["hidden_from"]
+        self.session = session
+        self.logical = Schedule(first, np.where(artifact, first, hidden), n)
+        self.recorded = Schedule(first, np.minimum(hidden, b["compacted_at"]), n)
+        self.hashes: list[int] = b["hash"].astype(np.uint64).tolist()
+        self.tokens: list[int] = b["tokens"].tolist()

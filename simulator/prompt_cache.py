@@ -1,0 +1,164 @@
+"""Mocked prompt caches: which part of a request's input is read from cache, written to
+it, or sent uncached. One instance per session (a cache domain), fed requests in trace time.
+
+Anthropic (explicit breakpoints), per its prompt-caching documentation:
+* The prompt is cached as prefixes in the order tools, system, messages; a change anywhere
+  changes every later prefix (the hash chain of simulator/view.py gives exactly that).
+* Only prefixes ending at a breakpoint (at most 4 per request, placed by the request
+  builder) are written. For each breakpoint the lookup checks the block boundaries from
+  the breakpoint back `lookback` (about 20) blocks and reads the longest cached prefix
+  found; a turn that adds more blocks than that misses.
+* Each written entry lives `ttl` (5 minutes, or 1 hour) after its last use; a read
+  refreshes it for free. Writes cost 1.25x input (5 minutes) or 2x (1 hour), reads 0.1x.
+* Prefixes shorter than the model's minimum (simulator/models.py) are not cached.
+* `cache_edits` deletions zero an item's tokens without changing its hash (View.edit_out):
+  the cached prefix stays valid and the deleted tokens are simply not billed.
+
+OpenAI (automatic): every prompt is cached as it goes; a later prompt sharing a prefix of
+at least 1,024 tokens reads it in 128-token steps; no write fee; entries live 5 to 10
+minutes after last use (`retention_ms`). Gemini 2.5+ implicit caching works alike with
+its own minimum. Both are modelled at block granularity: the cached prefix is the longest
+run of identical leading items, floored to the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.view import View
+
+FIVE_MINUTES = 5 * 60 * 1000
+ONE_HOUR = 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class Breakpoint:
+    position: int  # index of the last item the cached prefix includes
+    ttl_ms: int = FIVE_MINUTES
+
+
+@dataclass
+class Usage:
+    """Input split of one request, Anthropic-style (uncached excludes cached tokens)."""
+
+    uncached: int
+    cache_read: int
+    cache_write_5m: int
+    cache_write_1h: int
+
+    @property
+    def total(self) -> int:
+        return self.uncached + self.cache_read + self.cache_write_5m + self.cache_write_1h
+
+
+class PromptCache:
+    """A session's cache state; `request` prices one request and updates the state."""
+
+    def request(self, view: View, breakpoints: list[Breakpoint], now_ms: int) -> Usage:
+        raise NotImplementedError
+
+    def warm(self, view: View, position: int, now_ms: int, ttl_ms: int) -> None:
+        """Seed an entry (a prefix cached before the session began, e.g. by another session
+        sharing the system prompt)."""
+        raise NotImplementedError
+
+
+class AnthropicCache(PromptCache):
+    def __init__(self, min_tokens: int = 1024, lookback: int = 20) -> None:
+        self.min_tokens = min_tokens
+        self.lookback = lookback
+        #: prefix hash -> [expiry ms, ttl ms]
+        self.entries: dict[int, list[int]] = {}
+
+    def warm(self, view: View, position: int, now_ms: int, ttl_ms: int) -> None:
+        if 0 <= position < len(view) and view.cum[position] >= self.min_tokens:
+            self.entries[view.chains[position]] = [now_ms + ttl_ms, ttl_ms]
+
+    def request(self, view: View, breakpoints: list[Breakpoint], now_ms: int) -> Usage:
+        chains, cum = view.chains, view.cum
+        entries = self.entries
+        hit = -1
+        for bp in breakpoints:
+            lo = max(bp.position - self.lookback, hit + 1, 0)
+            for q in range(bp.position, lo - 1, -1):
+                entry = entries.get(chains[q])
+                if entry is not None:
+                    if entry[0] >= now_ms:
+                        hit = q
+                        break
+                    del entries[chains[q]]
+        read = cum[hit] if hit >= 0 else 0
+        if hit >= 0:
+            entry = entries[chains[hit]]
+            entry[0] = now_ms + entry[1]
+        written = read
+        w5 = w1 = 0
+        for bp in sorted(breakpoints, key=lambda b: b.position):
+            p = bp.position
+            if p <= hit:
+                entry = entries.get(chains[p])
+                if entry is not None and entry[0] >= now_ms:
+                    entry[0] = now_ms + entry[1]
+                continue
+            if cum[p] < self.min_tokens or cum[p] <= written:
+                continue
+            entries[chains[p]] = [now_ms + bp.ttl_ms, bp.ttl_ms]
+            if bp.ttl_ms > FIVE_MINUTES:
+                w1 += cum[p] - written
+            else:
+                w5 += cum[p] - written
+            written = cum[p]
+        total = view.total
+        return Usage(total - read - w5 - w1, read, w5, w1)
+
+
+class AutomaticCache(PromptCache):
+    """OpenAI-style automatic prefix caching (and Gemini implicit caching)."""
+
+    def __init__(
+        self, min_tokens: int = 1024, step: int = 128, retention_ms: int = 10 * 60 * 1000
+    ) -> None:
+        self.min_tokens = min_tokens
+        self.step = step
+        self.retention_ms = retention_ms
+        #: prefix hash -> last use (ms); every position of every prompt is stored
+        self.entries: dict[int, int] = {}
+
+    def warm(self, view: View, position: int, now_ms: int, ttl_ms: int) -> None:
+        for i in range(position + 1):
+            self.entries[view.chains[i]] = now_ms
+
+    def _deepest(self, view: View) -> int:
+        """Deepest position whose prefix was ever cached (stored prefixes are closed under
+        taking shorter prefixes, so presence is monotone in the position)."""
+        lo, hi = -1, len(view) - 1
+        chains, entries = view.chains, self.entries
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if chains[mid] in entries:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def request(self, view: View, breakpoints: list[Breakpoint], now_ms: int) -> Usage:
+        deepest = self._deepest(view)
+        read = 0
+        if deepest >= 0 and self.entries[view.chains[deepest]] + self.retention_ms >= now_ms:
+            tokens = view.cum[deepest]
+            if tokens >= self.min_tokens:
+                read = tokens - tokens % self.step
+        for i in range(max(deepest, 0), len(view)):
+            self.entries[view.chains[i]] = now_ms
+        return Usage(view.total - read, read, 0, 0)
+
+
+def for_provider(provider: str, min_tokens: int) -> PromptCache:
+    """The cache model of a provider ("anthropic", "openai", "google")."""
+    if provider == "anthropic":
+        return AnthropicCache(min_tokens=min_tokens)
+    if provider == "openai":
+        return AutomaticCache(min_tokens=1024, step=128)
+    if provider == "google":
+        return AutomaticCache(min_tokens=min_tokens, step=1)
+    raise ValueError(f"no cache model for provider {provider!r}")

@@ -1,0 +1,228 @@
+"""The replay engine: a compiled trace, a policy and a cache model in; one row per call out.
+
+Open-loop replay (DESIGN.md section 3): the agent's recorded actions are replayed as they
+were whatever the policy does. For each session, in trace time: the policy emits the calls
+it makes before recorded request k (its own compactions, then the request), each priced at
+once against the session's prompt cache; the request's response then joins the history
+(it is in the history from k+1 on by construction of the trace).
+
+Rows are plain tuples while replaying (cheap) and become one polars frame at the end,
+where dollars are computed for whole columns at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from simulator.history import History
+from simulator.model import Session, Trace
+from simulator.models import facts
+from simulator.policy import Call, Emitter, Policy, SessionContext
+from simulator.pricing import PriceBook, UnknownModelError, UnsupportedPricingError
+from simulator.prompt_cache import FIVE_MINUTES, ONE_HOUR, PromptCache, Usage, for_provider
+from simulator.view import View
+
+#: Columns of requests.parquet, in order (definitions: reports/METRICS.md).
+ROW_SCHEMA: dict[str, Any] = {
+    "trace": pl.String,
+    "session": pl.String,
+    "session_index": pl.Int32,
+    "request": pl.Int32,
+    "call": pl.Int32,
+    "kind": pl.String,
+    "stage": pl.String,
+    "ts_ms": pl.Int64,
+    "model": pl.String,
+    "context_tokens": pl.Int64,
+    "uncached_input": pl.Int64,
+    "cache_read": pl.Int64,
+    "cache_write_5m": pl.Int64,
+    "cache_write_1h": pl.Int64,
+    "output": pl.Int64,
+    "overflow": pl.Boolean,
+    "breaker_trip": pl.Boolean,
+}
+COST_COLUMNS = (
+    "cost_uncached_input",
+    "cost_cache_read",
+    "cost_cache_write_5m",
+    "cost_cache_write_1h",
+    "cost_output",
+    "cost_total",
+)
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Run-wide settings: the cache model ("auto": by each model's provider) and the seed."""
+
+    cache: str = "auto"
+    seed: int = 0
+
+
+def session_root(session: Session, model: str) -> int:
+    """Identity of the system + tools prefix: per session and model (caches are per model)."""
+    digest = hashlib.blake2b(f"{session.id}\0{model}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def recorded_ttl(session: Session) -> list[int]:
+    """The TTL each recorded request wrote with: 1 hour where it wrote 1-hour entries."""
+    r = session.requests
+    one_hour = (r["cache_write_1h"] > 0) & (r["cache_write_5m"] == 0)
+    return np.where(one_hour, ONE_HOUR, FIVE_MINUTES).astype(np.int64).tolist()
+
+
+def _seed_for(seed: int, trace: str, session: str) -> int:
+    data = f"{seed}\0{trace}\0{session}".encode()
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
+
+
+class _SessionEngine(Emitter):
+    """Prices a session's calls against its cache and collects their rows."""
+
+    def __init__(
+        self, trace: str, index: int, session: Session, cache: PromptCache, rows: list[Any]
+    ) -> None:
+        self.trace = trace
+        self.index = index
+        self.session = session
+        self.cache = cache
+        self.rows = rows
+        self.ts: list[int] = session.requests["ts"].tolist()
+        self.model_index: list[int] = session.requests["model"].tolist()
+        self.k = 0
+        self.seq = 0
+
+    def warm(self, view: View, position: int, ttl_ms: int) -> None:
+        self.cache.warm(view, position, self.ts[self.k], ttl_ms)
+
+    def call(self, view: View, call: Call) -> None:
+        now = self.ts[self.k]
+        if call.cached:
+            usage = self.cache.request(view, call.breakpoints, now)
+        else:
+            usage = Usage(view.total, 0, 0, 0)
+        self.rows.append(
+            (
+                self.trace,
+                self.session.id,
+                self.index,
+                self.k,
+                self.seq,
+                call.kind,
+                call.stage,
+                now,
+                self.session.models[self.model_index[self.k]],
+                view.total,
+                usage.uncached,
+                usage.cache_read,
+                usage.cache_write_5m,
+                usage.cache_write_1h,
+                call.output_tokens,
+                call.flags.get("overflow", False),
+                call.flags.get("breaker_trip", False),
+            )
+        )
+        self.seq += 1
+
+
+def replay_session(
+    trace_name: str,
+    index: int,
+    session: Session,
+    policy: Policy,
+    options: ReplayOptions,
+    rows: list[Any],
+) -> None:
+    """Replay one session, appending its rows."""
+    n = session.n_requests
+    if n == 0:
+        return
+    model = session.models[int(session.requests["model"][0])]
+    model_facts = facts(model)
+    provider = model_facts.provider if options.cache == "auto" else options.cache
+    cache = for_provider(provider, model_facts.min_cache_tokens)
+    ctx = SessionContext(
+        session=session,
+        history=History(session),
+        facts=model_facts,
+        rng=random.Random(_seed_for(options.seed, trace_name, session.id)),
+        ts=session.requests["ts"].tolist(),
+        models=[session.models[m] for m in session.requests["model"].tolist()],
+        recorded_ttl=recorded_ttl(session),
+        output=session.requests["output"].tolist(),
+        root=session_root(session, model),
+    )
+    state = policy.session(ctx)
+    engine = _SessionEngine(trace_name, index, session, cache, rows)
+    for k in range(n):
+        engine.k = k
+        engine.seq = 0
+        state.step(k, engine)
+
+
+def replay(
+    traces: list[tuple[str, Trace]],
+    policy: Policy,
+    options: ReplayOptions | None = None,
+    prices: PriceBook | None = None,
+) -> pl.DataFrame:
+    """Every session of every trace under `policy`: one row per call, priced."""
+    opts = options or ReplayOptions()
+    rows: list[Any] = []
+    for name, trace in traces:
+        for i, session in enumerate(trace.sessions):
+            replay_session(name, i, session, policy, opts, rows)
+    frame = pl.DataFrame(rows, schema=ROW_SCHEMA, orient="row")
+    spec = policy.spec()
+    frame = frame.with_columns(
+        pl.lit(spec.name).alias("policy"), pl.lit(spec.param_hash).alias("params_hash")
+    )
+    return add_costs(frame, prices or PriceBook())
+
+
+def add_costs(frame: pl.DataFrame, prices: PriceBook) -> pl.DataFrame:
+    """Dollar columns for every row (null where the model has no known price)."""
+    if frame.is_empty():
+        return frame.with_columns(pl.lit(None, pl.Float64).alias(c) for c in COST_COLUMNS)
+    models = frame["model"].unique(maintain_order=True).to_list()
+    priced = []
+    for m in models:
+        try:
+            prices.rates(m)
+            priced.append(m)
+        except (UnknownModelError, UnsupportedPricingError):
+            continue
+    index = {m: i for i, m in enumerate(priced)}
+    known = frame["model"].is_in(priced).to_numpy()
+    model_index = np.array([index.get(m, 0) for m in frame["model"].to_list()], dtype=np.int64)
+
+    def col(name: str) -> Any:
+        return np.where(known, frame[name].to_numpy(), 0)
+
+    costs = (
+        prices.price_columns(
+            priced,
+            model_index,
+            col("uncached_input"),
+            col("cache_read"),
+            col("cache_write_5m"),
+            col("cache_write_1h"),
+            col("output"),
+        )
+        if priced
+        else {}
+    )
+    parts = ["uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output"]
+    columns = []
+    for part, name in zip([*parts, "total"], COST_COLUMNS, strict=True):
+        values = costs.get(part, np.zeros(len(frame)))
+        columns.append(pl.Series(name, np.where(known, values, np.nan)).fill_nan(None))
+    return frame.with_columns(columns)

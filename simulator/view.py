@@ -1,0 +1,119 @@
+"""The API view: what one simulated request sends, as a sequence of items.
+
+An item is the system/tools prefix (one or more pseudo-items) or one block of the history,
+possibly rewritten by a policy (a cleared tool result, a summary). Each item has a hash
+(its content identity) and a token count. The view keeps, for every position, the hash
+chain of the prefix up to it and the cumulative token count, so the prompt-cache model can
+ask "is the prefix through item i cached?" in O(1), and an append-only request (the
+common case) costs O(new items). A change in the middle truncates the view there and
+re-appends the rest: a policy pays only for what it touches.
+
+The view is a projection over the session's append-only history (block ids refer to it);
+building it never mutates the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+_MASK = (1 << 64) - 1
+_MUL = 0x9E3779B97F4A7C15
+_SEED = 0x243F6A8885A308D3
+
+#: Item id of pseudo-items that are not history blocks (prefix segments, summaries).
+NO_BLOCK = -1
+
+
+def chain(previous: int, item_hash: int) -> int:
+    """Hash of a prefix extended by one item (splitmix64-style mixing; not cryptographic:
+    the item hashes are keyed content hashes already)."""
+    z = (previous ^ item_hash) * _MUL & _MASK
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK
+    return z ^ (z >> 31)
+
+
+class View:
+    """The items of one request, with prefix hashes and cumulative tokens per position.
+
+    Position i (0-based) is the i-th item; `chains[i]` identifies the prefix through item
+    i and `cum[i]` is its token count. `ids[i]` is the history block behind the item, or
+    NO_BLOCK.
+    """
+
+    __slots__ = ("chains", "cum", "hashes", "ids", "root", "tokens")
+
+    def __init__(self, root: int) -> None:
+        #: Identity of what precedes every item (the model: caches are per model).
+        self.root = root
+        self.ids: list[int] = []
+        self.hashes: list[int] = []
+        self.tokens: list[int] = []
+        self.chains: list[int] = []
+        self.cum: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def total(self) -> int:
+        """Tokens of the whole view (the request's input)."""
+        return self.cum[-1] if self.cum else 0
+
+    def append(self, block: int, item_hash: int, tokens: int) -> None:
+        prev_chain = self.chains[-1] if self.chains else self.root
+        prev_cum = self.cum[-1] if self.cum else 0
+        self.ids.append(block)
+        self.hashes.append(item_hash)
+        self.tokens.append(tokens)
+        self.chains.append(chain(prev_chain, item_hash))
+        self.cum.append(prev_cum + tokens)
+
+    def extend(self, items: Iterable[tuple[int, int, int]]) -> None:
+        for block, item_hash, tokens in items:
+            self.append(block, item_hash, tokens)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first `n` items."""
+        if n < len(self.ids):
+            del self.ids[n:], self.hashes[n:], self.tokens[n:], self.chains[n:], self.cum[n:]
+
+    def items(self, start: int = 0) -> list[tuple[int, int, int]]:
+        return list(zip(self.ids[start:], self.hashes[start:], self.tokens[start:], strict=True))
+
+    def replace(self, position: int, block: int, item_hash: int, tokens: int) -> None:
+        """Rewrite one item; everything after it is re-chained (its prefix changed)."""
+        rest = self.items(position + 1)
+        self.truncate(position)
+        self.append(block, item_hash, tokens)
+        self.extend(rest)
+
+    def remove(self, positions: list[int]) -> None:
+        """Drop items (ascending positions); the prefix after the first one changes."""
+        if not positions:
+            return
+        first = positions[0]
+        drop = set(positions)
+        rest = [it for i, it in enumerate(self.items(first), start=first) if i not in drop]
+        self.truncate(first)
+        self.extend(rest)
+
+    def copy(self) -> View:
+        other = View(self.root)
+        other.ids = self.ids.copy()
+        other.hashes = self.hashes.copy()
+        other.tokens = self.tokens.copy()
+        other.chains = self.chains.copy()
+        other.cum = self.cum.copy()
+        return other
+
+    def edit_out(self, position: int) -> None:
+        """Delete an item by reference (Anthropic `cache_edits`): its tokens stop counting
+        but the prefix hashes stay, so the cached prefix remains valid."""
+        delta = self.tokens[position]
+        if not delta:
+            return
+        self.tokens[position] = 0
+        cum = self.cum
+        for i in range(position, len(cum)):
+            cum[i] -= delta
