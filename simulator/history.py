@@ -9,6 +9,8 @@ are two sorted index arrays, computed once per session.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import numpy.typing as npt
 
@@ -32,7 +34,7 @@ class Schedule:
     @staticmethod
     def _pairs(bounds: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
         b = bounds.tolist()
-        return list(zip(b[:-1], b[1:], strict=True))
+        return list(itertools.pairwise(b))
 
 
 class History:

@@ -16,6 +16,7 @@ Sessions without usage have one segment, the whole prefix.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from simulator.model import Session
@@ -30,7 +31,7 @@ class Prefix:
 
     def segments(self) -> list[int]:
         cuts = sorted({0, self.shared, self.system, self.total})
-        return [b - a for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+        return [b - a for a, b in itertools.pairwise(cuts) if b > a]
 
 
 def infer(session: Session) -> Prefix:

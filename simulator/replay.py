@@ -76,7 +76,8 @@ def recorded_ttl(session: Session) -> list[int]:
     """The TTL each recorded request wrote with: 1 hour where it wrote 1-hour entries."""
     r = session.requests
     one_hour = (r["cache_write_1h"] > 0) & (r["cache_write_5m"] == 0)
-    return np.where(one_hour, ONE_HOUR, FIVE_MINUTES).astype(np.int64).tolist()
+    ttl: list[int] = np.where(one_hour, ONE_HOUR, FIVE_MINUTES).astype(np.int64).tolist()
+    return ttl
 
 
 def _seed_for(seed: int, trace: str, session: str) -> int:
