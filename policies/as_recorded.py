@@ -11,29 +11,46 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
+
+from simulator.model import Flag
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
-from simulator.prefix import infer, start_view
-from simulator.prompt_cache import Breakpoint
-from simulator.view import View
+from simulator.prefix import PrefixState, infer
+from simulator.view import Breakpoint, View
 
 #: A shared prefix warmed by other sessions is taken to stay warm: far longer than any TTL.
 KEPT_WARM_MS = 10 * 365 * 24 * 3600 * 1000
 
 
 class _State(SessionPolicy):
-    def __init__(self, ctx: SessionContext, warm_start: bool) -> None:
+    def __init__(self, ctx: SessionContext, warm_start: bool, resets: bool) -> None:
         self.ctx = ctx
         self.schedule = ctx.history.recorded
         self.hashes = ctx.history.hashes
         self.tokens = ctx.history.tokens
-        prefix = infer(ctx.session)
-        self.view, self.shared_pos, self.system_pos = start_view(ctx.root, prefix)
+        self.prefix = PrefixState(ctx.root, infer(ctx.session, resets=resets))
+        self.view, self.warm, self.marks = self.prefix.start_view()
+        self.n_prefix = len(self.view)
         self.pos: dict[int, int] = {}
+        flags = ctx.session.blocks["flags"]
+        self.stripped = set(np.nonzero(flags & Flag.STRIPPED)[0].tolist())
         self.warm_start = warm_start
 
     def _sync(self, k: int) -> None:
+        if self.prefix.reset(k):  # the client changed its unlogged context: re-chain
+            blocks = self.view.items(self.n_prefix)
+            self.view, _, _ = self.prefix.start_view()
+            self.view.extend(blocks)
         view, pos = self.view, self.pos
-        leaving = [pos.pop(b) for b in self.schedule.leave[k] if b in pos]
+        stripped = self.stripped
+        leaving = []
+        for b in self.schedule.leave[k]:
+            if b not in pos:
+                continue
+            if b in stripped:  # still sent, no longer counted: the prefix stays cached
+                view.edit_out(pos[b])
+            else:
+                leaving.append(pos.pop(b))
         if leaving:
             leaving.sort()
             view.remove(leaving)
@@ -49,9 +66,11 @@ class _State(SessionPolicy):
         self._sync(k)
         ttl = self.ctx.recorded_ttl[k]
         view: View = self.view
-        if k == 0 and self.warm_start and self.shared_pos >= 0:
-            out.warm(view, self.shared_pos, KEPT_WARM_MS)
-        breakpoints = [Breakpoint(self.system_pos, ttl), Breakpoint(len(view) - 1, ttl)]
+        if k == 0 and self.warm_start:
+            for position in self.warm:
+                out.warm(view, position, KEPT_WARM_MS)
+        breakpoints = [Breakpoint(p, ttl) for p in self.marks]
+        breakpoints.append(Breakpoint(len(view) - 1, ttl))
         out.call(view, Call("request", "", breakpoints, self.ctx.output[k]))
 
 
@@ -59,7 +78,7 @@ class _State(SessionPolicy):
 class AsRecorded(Policy):
     name = "as-recorded"
     version = "1"
-    defaults: ClassVar[dict[str, object]] = {"warm_start": True}
+    defaults: ClassVar[dict[str, object]] = {"warm_start": True, "prefix_resets": True}
 
     def session(self, ctx: SessionContext) -> SessionPolicy:
-        return _State(ctx, bool(self.params["warm_start"]))
+        return _State(ctx, bool(self.params["warm_start"]), bool(self.params["prefix_resets"]))

@@ -60,6 +60,9 @@ class Flag(IntFlag):
     PATH_WRITE = 16
     #: The tool result reported an error.
     ERROR = 32
+    #: `hidden_from` marks where the API stopped counting the block (thinking of an earlier
+    #: turn), not a rewind: the client still sends it, so the cached prefix is unchanged.
+    STRIPPED = 64
 
 
 BLOCK_COLUMNS: dict[str, Any] = {

@@ -28,8 +28,7 @@ import orjson
 from simulator.history import History
 from simulator.model import Session
 from simulator.models import ModelFacts
-from simulator.prompt_cache import Breakpoint
-from simulator.view import View
+from simulator.view import Breakpoint, View
 
 ENTRY_POINT_GROUP = "ctxsim.policies"
 

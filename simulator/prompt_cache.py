@@ -25,16 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.view import View
+from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View
 
-FIVE_MINUTES = 5 * 60 * 1000
-ONE_HOUR = 60 * 60 * 1000
-
-
-@dataclass(frozen=True)
-class Breakpoint:
-    position: int  # index of the last item the cached prefix includes
-    ttl_ms: int = FIVE_MINUTES
+__all__ = ["FIVE_MINUTES", "ONE_HOUR", "AnthropicCache", "AutomaticCache", "Breakpoint"]
 
 
 @dataclass
@@ -60,6 +53,10 @@ class PromptCache:
     def warm(self, view: View, position: int, now_ms: int, ttl_ms: int) -> None:
         """Seed an entry (a prefix cached before the session began, e.g. by another session
         sharing the system prompt)."""
+        self.warm_entry(view.chains[: position + 1], view.cum[position], now_ms, ttl_ms)
+
+    def warm_entry(self, chains: list[int], tokens: int, now_ms: int, ttl_ms: int) -> None:
+        """Seed the prefix whose hash chain is `chains` (its last hash names it)."""
         raise NotImplementedError
 
 
@@ -70,9 +67,9 @@ class AnthropicCache(PromptCache):
         #: prefix hash -> [expiry ms, ttl ms]
         self.entries: dict[int, list[int]] = {}
 
-    def warm(self, view: View, position: int, now_ms: int, ttl_ms: int) -> None:
-        if 0 <= position < len(view) and view.cum[position] >= self.min_tokens:
-            self.entries[view.chains[position]] = [now_ms + ttl_ms, ttl_ms]
+    def warm_entry(self, chains: list[int], tokens: int, now_ms: int, ttl_ms: int) -> None:
+        if chains and tokens >= self.min_tokens:
+            self.entries[chains[-1]] = [now_ms + ttl_ms, ttl_ms]
 
     def request(self, view: View, breakpoints: list[Breakpoint], now_ms: int) -> Usage:
         chains, cum = view.chains, view.cum
@@ -124,9 +121,9 @@ class AutomaticCache(PromptCache):
         #: prefix hash -> last use (ms); every position of every prompt is stored
         self.entries: dict[int, int] = {}
 
-    def warm(self, view: View, position: int, now_ms: int, ttl_ms: int) -> None:
-        for i in range(position + 1):
-            self.entries[view.chains[i]] = now_ms
+    def warm_entry(self, chains: list[int], tokens: int, now_ms: int, ttl_ms: int) -> None:
+        for h in chains:
+            self.entries[h] = now_ms
 
     def _deepest(self, view: View) -> int:
         """Deepest position whose prefix was ever cached (stored prefixes are closed under

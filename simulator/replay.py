@@ -89,20 +89,41 @@ class _SessionEngine(Emitter):
     """Prices a session's calls against its cache and collects their rows."""
 
     def __init__(
-        self, trace: str, index: int, session: Session, cache: PromptCache, rows: list[Any]
+        self, trace: str, index: int, session: Session, cache: str, rows: list[Any]
     ) -> None:
         self.trace = trace
         self.index = index
         self.session = session
-        self.cache = cache
+        self.cache_option = cache
+        #: One cache per model: a provider never serves one model's cache to another.
+        self.caches: dict[int, PromptCache] = {}
+        #: Prefixes cached before the session began, seeded into each model's cache.
+        self.warmed: list[tuple[list[int], int, int, int]] = []
         self.rows = rows
         self.ts: list[int] = session.requests["ts"].tolist()
         self.model_index: list[int] = session.requests["model"].tolist()
         self.k = 0
         self.seq = 0
 
+    @property
+    def cache(self) -> PromptCache:
+        m = self.model_index[self.k]
+        cache = self.caches.get(m)
+        if cache is None:
+            model_facts = facts(self.session.models[m])
+            provider = model_facts.provider if self.cache_option == "auto" else self.cache_option
+            cache = self.caches[m] = for_provider(provider, model_facts.min_cache_tokens)
+            for chains, tokens, since, ttl in self.warmed:
+                cache.warm_entry(chains, tokens, since, ttl)
+        return cache
+
     def warm(self, view: View, position: int, ttl_ms: int) -> None:
-        self.cache.warm(view, position, self.ts[self.k], ttl_ms)
+        """Shared prefixes are warm for every model the session uses (other sessions with
+        the same system prompt use the same models)."""
+        spec = (view.chains[: position + 1], view.cum[position], self.ts[self.k], ttl_ms)
+        self.warmed.append(spec)
+        for cache in self.caches.values():
+            cache.warm_entry(*spec)
 
     def call(self, view: View, call: Call) -> None:
         now = self.ts[self.k]
@@ -148,8 +169,6 @@ def replay_session(
         return
     model = session.models[int(session.requests["model"][0])]
     model_facts = facts(model)
-    provider = model_facts.provider if options.cache == "auto" else options.cache
-    cache = for_provider(provider, model_facts.min_cache_tokens)
     ctx = SessionContext(
         session=session,
         history=History(session),
@@ -162,7 +181,7 @@ def replay_session(
         root=session_root(session, model),
     )
     state = policy.session(ctx)
-    engine = _SessionEngine(trace_name, index, session, cache, rows)
+    engine = _SessionEngine(trace_name, index, session, options.cache, rows)
     for k in range(n):
         engine.k = k
         engine.seq = 0

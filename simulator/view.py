@@ -15,6 +15,19 @@ building it never mutates the history.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+
+FIVE_MINUTES = 5 * 60 * 1000
+ONE_HOUR = 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class Breakpoint:
+    """A cache marker a request puts on an item: the prefix through it may be cached."""
+
+    position: int  # index of the last item the cached prefix includes
+    ttl_ms: int = FIVE_MINUTES
+
 
 _MASK = (1 << 64) - 1
 _MUL = 0x9E3779B97F4A7C15

@@ -8,8 +8,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: The CLI is the one module that wires readers, policies and reports together.
 WIRING = {ROOT / "simulator" / "cli.py"}
-#: What `policies` and `traces` may take from the core: its model and view types only.
-CORE_TYPES = {"simulator", "simulator.model", "simulator.view"}
+#: What `policies` and `traces` may take from the core: its model and view types (the trace
+#: model; the view, its prefix items and history schedule; the policy protocol).
+CORE_TYPES = {
+    "simulator",
+    "simulator.model",
+    "simulator.view",
+    "simulator.history",
+    "simulator.prefix",
+    "simulator.policy",
+}
 
 
 def _imports(path: Path) -> set[str]:

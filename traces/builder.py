@@ -109,6 +109,7 @@ class SessionBuilder:
         #: inner loop cheap; columns are made once, in `finish`.
         self._rows: list[tuple[int, ...]] = []
         self._hidden: list[int] = []
+        self._stripped: set[int] = set()
         self._compacted: list[int] = []
         self._texts: list[str | None] = []
         self._requests: dict[str, list[Any]] = {name: [] for name in REQUEST_COLUMNS}
@@ -191,6 +192,11 @@ class SessionBuilder:
         """Tombstone a block from a request on (a rewind left its branch)."""
         self._hidden[block] = min(self._hidden[block], from_request)
 
+    def strip(self, block: int, from_request: int) -> None:
+        """The API stops counting this block from a request on (Flag.STRIPPED)."""
+        self.hide(block, from_request)
+        self._stripped.add(block)
+
     def compact_away(self, block: int, at_request: int) -> None:
         """The recording's own compaction dropped this block from `at_request` on."""
         self._compacted[block] = min(self._compacted[block], at_request)
@@ -268,6 +274,9 @@ class SessionBuilder:
         blocks["link"] = link
         blocks["hidden_from"] = np.asarray(self._hidden, dtype=np.int32)
         blocks["compacted_at"] = np.asarray(self._compacted, dtype=np.int32)
+        if self._stripped:
+            stripped = np.fromiter(sorted(self._stripped), dtype=np.int64)
+            blocks["flags"][stripped] |= np.uint8(Flag.STRIPPED)
         blocks["tokens"] = np.zeros(n, dtype=np.int32)
         blocks = {name: blocks[name] for name in BLOCK_COLUMNS}  # schema order
         requests = {k: np.asarray(v, dtype=REQUEST_COLUMNS[k]) for k, v in self._requests.items()}

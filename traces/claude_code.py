@@ -476,7 +476,7 @@ class _SessionAssembler:
             return
         if any(kind == Kind.TEXT for kind in self.b.block_kinds(blocks)):
             for blk in self.thinking:
-                self.b.hide(blk, k)
+                self.b.strip(blk, k)
             self.r.stats["thinking_stripped"] = self.r.stats.get("thinking_stripped", 0) + len(
                 self.thinking
             )
