@@ -39,6 +39,8 @@ from traces.errors import TraceError
 
 DIGEST = "3f" * 32
 
+CURRENT_DIR = f"compiled-f{compiled.FORMAT_VERSION}-c{cache_mod.COMPILER_VERSION}"
+
 
 def _session(n_blocks: int, n_requests: int, *, seed: int = 0, sid: str = "s") -> Session:
     rng = np.random.default_rng(seed)
@@ -553,7 +555,7 @@ def test_cache_miss_put_hit(tmp_path: Path) -> None:
     trace = _sample()
     assert cache.get(DIGEST) is None
     path = cache.put(trace)
-    assert path == tmp_path / "compiled-f1-c1" / DIGEST[:2] / f"{DIGEST}.ctxt"
+    assert path == tmp_path / CURRENT_DIR / DIGEST[:2] / f"{DIGEST}.ctxt"
     hit = cache.get(DIGEST)
     assert hit is not None
     _assert_same(trace, hit)
@@ -600,7 +602,7 @@ def test_cache_invalidated_by_compiler_version(
 ) -> None:
     cache = CompileCache(tmp_path)
     old_path = cache.put(_sample())
-    monkeypatch.setattr(cache_mod, "COMPILER_VERSION", "2")
+    monkeypatch.setattr(cache_mod, "COMPILER_VERSION", cache_mod.COMPILER_VERSION + "-next")
     assert cache.get(DIGEST) is None
     new_path = cache.put(_sample())
     assert new_path != old_path
@@ -628,7 +630,7 @@ def test_cache_prune_leaves_other_files(tmp_path: Path) -> None:
     assert cache.prune() == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "compiled-f0-c9.txt",
-        "compiled-f1-c1",
+        CURRENT_DIR,
         "notes",
     ]
     assert CompileCache(tmp_path / "absent").prune() == 0

@@ -122,6 +122,7 @@ class _Node:
     compaction_root: bool = False
     summary: bool = False  # isCompactSummary
     message_id: str | None = None
+    ts: int | None = None
 
 
 @dataclass
@@ -133,6 +134,8 @@ class _Request:
     usage: RecordedUsage | None
     output: int
     nodes: list[str] = field(default_factory=list)
+    #: When the response's first line was written (`ts` is when the request left).
+    line_ts: int = 0
 
 
 class _FileReader:
@@ -229,6 +232,7 @@ class _FileReader:
             self.session_id = obj["sessionId"]
         sidechain = bool(obj.get("isSidechain")) or self.whole_sidechain
         node = _Node(uuid, parent, lineno, kind, sidechain, None if pass_through else obj)
+        node.ts = parse_ts(obj.get("timestamp"))
         if kind == "system" and obj.get("subtype") == "compact_boundary":
             node.compaction_root = True
             lp = obj.get("logicalParentUuid")
@@ -263,11 +267,16 @@ class _FileReader:
         node.message_id = mid
         req = self.requests.get(mid)
         if req is None:
-            ts = parse_ts(obj.get("timestamp"))
-            if ts is None:
+            line_ts = node.ts
+            if line_ts is None:
                 self._report(lineno, "wrong-type", "assistant line has no valid timestamp")
-                ts = 0
-            req = _Request(mid, node.uuid, ts, model, usage, output)
+                line_ts = 0
+            # The line is written as the response streams; the request left when the line
+            # before it (the prompt or tool result it answers) was written.
+            parent = self.nodes.get(node.parent) if node.parent else None
+            sent = parent.ts if parent is not None else None
+            ts = sent if sent is not None and sent <= line_ts else line_ts
+            req = _Request(mid, node.uuid, ts, model, usage, output, line_ts=line_ts)
             self.requests[mid] = req
             self.request_order.append(mid)
         else:
@@ -740,10 +749,14 @@ def _build_session(
 
 
 def _ordered(reader: _FileReader, requests: list[_Request]) -> list[_Request]:
-    """Requests in file order; a request older than its predecessor is reported."""
-    last = None
+    """Requests in file order; a response written before its predecessor's is reported.
+
+    Send times are kept non-decreasing (a tool result written after a parallel call's
+    response can make them step back by a little).
+    """
+    last_line = last_sent = None
     for req in requests:
-        if last is not None and req.ts < last:
+        if last_line is not None and req.line_ts < last_line:
             node = reader.nodes[req.first_node]
             reader.problems.report(
                 reader.label,
@@ -751,8 +764,10 @@ def _ordered(reader: _FileReader, requests: list[_Request]) -> list[_Request]:
                 "timestamp-order",
                 "request timestamp is earlier than the previous request's",
             )
-            req.ts = last
-        last = req.ts
+            req.line_ts = last_line
+        if last_sent is not None and req.ts < last_sent:
+            req.ts = last_sent
+        last_line, last_sent = req.line_ts, req.ts
     return requests
 
 
