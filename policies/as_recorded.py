@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from simulator.model import Flag
+from simulator.model import NEVER, Flag
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.prefix import PrefixState, infer
 from simulator.view import Breakpoint, View
@@ -32,8 +32,11 @@ class _State(SessionPolicy):
         self.view, self.warm, self.marks = self.prefix.start_view()
         self.n_prefix = len(self.view)
         self.pos: dict[int, int] = {}
-        flags = ctx.session.blocks["flags"]
-        self.stripped = set(np.nonzero(flags & Flag.STRIPPED)[0].tolist())
+        blocks = ctx.session.blocks
+        self.stripped = set(np.nonzero(blocks["flags"] & Flag.STRIPPED)[0].tolist())
+        self.hidden: list[int] = blocks["hidden_from"].tolist()
+        self.compacted: list[int] = blocks["compacted_at"].tolist()
+        self.removed_later: dict[int, list[int]] = {}
         self.warm_start = warm_start
 
     def _sync(self, k: int) -> None:
@@ -42,20 +45,22 @@ class _State(SessionPolicy):
             self.view, _, _ = self.prefix.start_view()
             self.view.extend(blocks)
         view, pos = self.view, self.pos
-        stripped = self.stripped
-        leaving = []
+        leaving = [pos.pop(b) for b in self.removed_later.pop(k, []) if b in pos]
         for b in self.schedule.leave[k]:
             if b not in pos:
                 continue
-            if b in stripped:  # still sent, no longer counted: the prefix stays cached
+            if b in self.stripped and self.hidden[b] == k:
+                # Still sent, no longer counted: the cached prefix is unchanged. The block
+                # leaves the prompt when the recording's compaction drops it, if ever.
                 view.edit_out(pos[b])
+                if self.compacted[b] < NEVER:
+                    self.removed_later.setdefault(self.compacted[b], []).append(b)
             else:
                 leaving.append(pos.pop(b))
         if leaving:
             leaving.sort()
             view.remove(leaving)
-            first = leaving[0]
-            for i in range(first, len(view)):
+            for i in range(leaving[0], len(view)):
                 pos[view.ids[i]] = i
         hashes, tokens = self.hashes, self.tokens
         for b in self.schedule.enter[k]:

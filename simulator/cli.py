@@ -11,11 +11,15 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from traces.errors import TraceError
+
+if TYPE_CHECKING:  # the commands import what they use lazily, to start fast
+    from simulator.model import Trace
+    from simulator.policy import Policy
 
 EXIT_BAD_INPUT = 2
 
@@ -181,6 +185,222 @@ def stats(
         df.write_parquet(buf, statistics=False)
         atomic_write_bytes(parquet, buf.getvalue())
     click.echo(to_json(df) if as_json else render_table(df))
+
+
+# -- run and fidelity ---------------------------------------------------------------------
+
+CACHE_CHOICES = ("auto", "anthropic", "openai", "google")
+DEFAULT_POLICY = "as-recorded"
+
+#: (policy name or None for every selected policy, parameter, value) from one -P option.
+Param = tuple[str | None, str, Any]
+
+
+def parse_param(text: str) -> Param:
+    """`[POLICY:]KEY=VALUE`; VALUE is JSON when it parses as JSON (8000, true, [1, 2],
+    "x"), else the string as given, so `-P mode=fast` needs no quoting."""
+    import orjson
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise click.BadParameter(f"{text!r}: expected KEY=VALUE", param_hint="-P")
+    scope: str | None = None
+    if ":" in key:
+        scope, key = key.split(":", 1)
+        if not scope or not key:
+            raise click.BadParameter(f"{text!r}: expected POLICY:KEY=VALUE", param_hint="-P")
+    try:
+        value: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value = raw
+    return scope, key, value
+
+
+def _build_policies(names: tuple[str, ...], params: list[Param]) -> list[Policy]:
+    """Each selected policy (once, in the order given) with its -P parameters.
+
+    An unscoped parameter goes to every selected policy that has it; with one policy it
+    goes to that policy, so a typo fails there with a did-you-mean hint. `POLICY:KEY=VALUE`
+    sets KEY on that policy only.
+    """
+    from simulator import policy as registry
+
+    unique = list(dict.fromkeys(names))
+    try:
+        classes = {name: registry.get(name) for name in unique}
+        for scope, key, value in params:
+            if scope is not None and scope not in classes:
+                _fail(f"-P {scope}:{key}: policy {scope!r} is not selected (add --policy {scope})")
+            unknown = not any(key in classes[n].defaults for n in unique)
+            if scope is None and len(unique) > 1 and unknown:
+                _fail(_no_such_param(unique, key, value))
+        built = []
+        for name in unique:
+            mine = {
+                key: value
+                for scope, key, value in params
+                if scope == name
+                or (scope is None and (len(unique) == 1 or key in classes[name].defaults))
+            }
+            built.append(registry.build(name, mine))
+    except registry.PolicyError as exc:
+        _fail(str(exc))
+    return built
+
+
+def _no_such_param(names: list[str], key: str, value: Any) -> str:
+    """The error for a parameter no selected policy has: the first with a did-you-mean."""
+    from simulator import policy as registry
+
+    messages = []
+    for name in names:
+        try:
+            registry.build(name, {key: value})
+        except registry.PolicyError as exc:
+            messages.append(str(exc))
+    hinted = [m for m in messages if "did you mean" in m]
+    return (hinted or messages)[0]
+
+
+def _named_traces(
+    paths: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int
+) -> list[tuple[str, Trace]]:
+    """(name, trace) of every trace under `paths`; names carry no directory.
+
+    A trace's name is its compiled file name without `.ctxt` (source stem + digest), so a
+    source and its imported compiled file replay under the same name and give the same rows.
+    """
+    named: dict[str, Trace] = {}
+    for item in _loaded(paths, lenient, no_cache, "reading", jobs):
+        name = item.name.removesuffix(".ctxt")
+        trace = item.trace
+        seen = named.get(name)
+        if seen is not None:
+            if seen.source_digest != trace.source_digest:
+                _fail(f"two different traces are named {name!r}; rename one")
+            continue  # the same trace given twice
+        named[name] = trace
+    if not named:
+        _fail("no trace found in " + ", ".join(p.name or str(p) for p in paths))
+    return list(named.items())
+
+
+@main.command()
+@_paths
+@click.option(
+    "--policy",
+    "policy_names",
+    multiple=True,
+    default=(DEFAULT_POLICY,),
+    show_default=True,
+    help="Policy to replay (repeat for several).",
+)
+@click.option(
+    "-P",
+    "--param",
+    "params",
+    multiple=True,
+    metavar="[POLICY:]KEY=VALUE",
+    help="Policy parameter; VALUE is parsed as JSON when it can be (repeatable).",
+)
+@click.option(
+    "--cache",
+    type=click.Choice(CACHE_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Prompt-cache model (auto: by each session's model provider).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for policies.")
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory."
+)
+@_lenient
+@_no_cache
+@_jobs
+def run(
+    src: tuple[Path, ...],
+    policy_names: tuple[str, ...],
+    params: tuple[str, ...],
+    cache: str,
+    seed: int,
+    out: Path,
+    lenient: bool,
+    no_cache: bool,
+    jobs: int,
+) -> None:
+    """Replay traces under policies; write requests.parquet, sessions.parquet, manifest.json.
+
+    Every output is computed before the first is written, and each is written atomically;
+    the same inputs give byte-identical files.
+    """
+    from simulator.outputs import build_run, render_summary
+    from simulator.pricing import PriceBook
+    from simulator.replay import ReplayOptions, replay
+
+    parsed: list[Param] = []
+    for text in params:
+        try:
+            parsed.append(parse_param(text))
+        except click.BadParameter as exc:
+            _fail(f"-P {exc.message}")
+    policies = _build_policies(policy_names, parsed)
+    named = _named_traces(src, lenient, no_cache, jobs)
+    prices = PriceBook()
+    options = ReplayOptions(cache=cache, seed=seed)
+    frames = [replay(named, p, options, prices) for p in policies]
+    outputs = build_run(
+        frames,
+        [p.spec() for p in policies],
+        named,
+        seed=seed,
+        cache=cache,
+        prices_version=prices.version,
+        lenient=lenient,
+    )
+    for name, data in outputs.files.items():
+        atomic_write_bytes(out / name, data)
+    click.echo(render_summary(outputs), nl=False)
+    click.echo(
+        f"wrote {', '.join(outputs.files)} to {out} "
+        f"({outputs.requests.height:,} request rows, {outputs.sessions.height:,} session rows)"
+    )
+
+
+@main.command()
+@_paths
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write fidelity.parquet and fidelity_sessions.parquet here.",
+)
+@_lenient
+@_no_cache
+@_jobs
+def fidelity(
+    src: tuple[Path, ...], out: Path | None, lenient: bool, no_cache: bool, jobs: int
+) -> None:
+    """Check the cost model: replay as-recorded and compare every request with its usage."""
+    from simulator import policy as registry
+    from simulator.fidelity import compare, render, sessions_without_usage, summarize
+    from simulator.outputs import parquet_bytes
+    from simulator.pricing import PriceBook
+    from simulator.replay import replay
+
+    named = _named_traces(src, lenient, no_cache, jobs)
+    prices = PriceBook()
+    frame = replay(named, registry.build("as-recorded"), prices=prices)
+    per_request = compare(frame, named, prices)
+    sessions, overall = summarize(per_request)
+    overall["sessions_without_usage"] = sessions_without_usage(named)
+    if out is not None:
+        files = {
+            "fidelity.parquet": parquet_bytes(per_request),
+            "fidelity_sessions.parquet": parquet_bytes(sessions),
+        }
+        for name, data in files.items():
+            atomic_write_bytes(out / name, data)
+    click.echo(render(sessions, overall), nl=False)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,8 @@ BLOCK_COLUMNS: dict[str, Any] = {
 }
 
 REQUEST_COLUMNS: dict[str, Any] = {
-    "ts": np.int64,  # ms since epoch
+    "ts": np.int64,  # ms since epoch: when the request was sent
+    "ts_end": np.int64,  # ms since epoch: when its response was complete (>= ts)
     "model": np.int32,  # index into Session.models
     "has_usage": np.bool_,
     "input": np.int64,  # uncached input tokens (Anthropic's `input_tokens`)
@@ -95,6 +96,10 @@ REQUEST_COLUMNS: dict[str, Any] = {
     "output": np.int64,  # recorded output tokens, or the tokenizer's count where implausible
     "output_recorded": np.int64,  # output tokens as the source reported them (max over lines)
 }
+
+
+#: Columns added after version 1 of the schema, and the column their default copies.
+_DERIVED = {"ts_end": "ts"}
 
 
 def _empty(columns: dict[str, Any]) -> dict[str, npt.NDArray[Any]]:
@@ -109,6 +114,9 @@ class Columns:
     data: dict[str, npt.NDArray[Any]]
 
     def __post_init__(self) -> None:
+        for name, source in _DERIVED.items():  # columns added later default from another
+            if name in self.schema and name not in self.data and source in self.data:
+                self.data[name] = self.data[source].copy()
         lengths = {len(v) for v in self.data.values()}
         if set(self.data) != set(self.schema):
             raise ValueError(f"columns {sorted(self.data)} do not match {sorted(self.schema)}")

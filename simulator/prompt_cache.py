@@ -23,9 +23,13 @@ run of identical leading items, floored to the step.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View
+
+#: Anthropic accepts at most this many cache_control markers per request.
+MAX_BREAKPOINTS = 4
 
 __all__ = ["FIVE_MINUTES", "ONE_HOUR", "AnthropicCache", "AutomaticCache", "Breakpoint"]
 
@@ -47,7 +51,11 @@ class Usage:
 class PromptCache:
     """A session's cache state; `request` prices one request and updates the state."""
 
-    def request(self, view: View, breakpoints: list[Breakpoint], now_ms: int) -> Usage:
+    def request(
+        self, view: View, breakpoints: list[Breakpoint], now_ms: int, done_ms: int | None = None
+    ) -> Usage:
+        """Price one request sent at `now_ms`; the entries it reads or writes count as used
+        until `done_ms` (its response's end; default `now_ms`)."""
         raise NotImplementedError
 
     def warm(self, view: View, position: int, now_ms: int, ttl_ms: int) -> None:
@@ -71,7 +79,11 @@ class AnthropicCache(PromptCache):
         if chains and tokens >= self.min_tokens:
             self.entries[chains[-1]] = [now_ms + ttl_ms, ttl_ms]
 
-    def request(self, view: View, breakpoints: list[Breakpoint], now_ms: int) -> Usage:
+    def request(
+        self, view: View, breakpoints: list[Breakpoint], now_ms: int, done_ms: int | None = None
+    ) -> Usage:
+        done = now_ms if done_ms is None else max(done_ms, now_ms)
+        _check_breakpoints(breakpoints)
         chains, cum = view.chains, view.cum
         entries = self.entries
         hit = -1
@@ -87,7 +99,7 @@ class AnthropicCache(PromptCache):
         read = cum[hit] if hit >= 0 else 0
         if hit >= 0:
             entry = entries[chains[hit]]
-            entry[0] = now_ms + entry[1]
+            entry[0] = done + entry[1]
         written = read
         w5 = w1 = 0
         for bp in sorted(breakpoints, key=lambda b: b.position):
@@ -95,11 +107,11 @@ class AnthropicCache(PromptCache):
             if p <= hit:
                 entry = entries.get(chains[p])
                 if entry is not None and entry[0] >= now_ms:
-                    entry[0] = now_ms + entry[1]
+                    entry[0] = done + entry[1]
                 continue
             if cum[p] < self.min_tokens or cum[p] <= written:
                 continue
-            entries[chains[p]] = [now_ms + bp.ttl_ms, bp.ttl_ms]
+            entries[chains[p]] = [done + bp.ttl_ms, bp.ttl_ms]
             if bp.ttl_ms > FIVE_MINUTES:
                 w1 += cum[p] - written
             else:
@@ -125,29 +137,54 @@ class AutomaticCache(PromptCache):
         for h in chains:
             self.entries[h] = now_ms
 
-    def _deepest(self, view: View) -> int:
-        """Deepest position whose prefix was ever cached (stored prefixes are closed under
-        taking shorter prefixes, so presence is monotone in the position)."""
-        lo, hi = -1, len(view) - 1
+    def _deepest(self, view: View, now_ms: int) -> int:
+        """Deepest position whose prefix is cached and alive.
+
+        Every request stamps every position of its prompt, so along one prompt both
+        presence and liveness are monotone in the position: two binary searches.
+        """
         chains, entries = view.chains, self.entries
+        lo, hi = -1, len(view) - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if chains[mid] in entries:
                 lo = mid
             else:
                 hi = mid - 1
+        oldest = now_ms - self.retention_ms
+        lo, hi = -1, lo
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if entries[chains[mid]] >= oldest:
+                lo = mid
+            else:
+                hi = mid - 1
         return lo
 
-    def request(self, view: View, breakpoints: list[Breakpoint], now_ms: int) -> Usage:
-        deepest = self._deepest(view)
+    def request(
+        self, view: View, breakpoints: list[Breakpoint], now_ms: int, done_ms: int | None = None
+    ) -> Usage:
+        done = now_ms if done_ms is None else max(done_ms, now_ms)
+        deepest = self._deepest(view, now_ms)
         read = 0
-        if deepest >= 0 and self.entries[view.chains[deepest]] + self.retention_ms >= now_ms:
+        if deepest >= 0:
             tokens = view.cum[deepest]
             if tokens >= self.min_tokens:
                 read = tokens - tokens % self.step
-        for i in range(max(deepest, 0), len(view)):
-            self.entries[view.chains[i]] = now_ms
+        entries = self.entries
+        for h in view.chains:
+            entries[h] = done
         return Usage(view.total - read, read, 0, 0)
+
+
+def _check_breakpoints(breakpoints: list[Breakpoint]) -> None:
+    """The API's own checks: at most 4 markers, longer TTLs before shorter ones."""
+    if len(breakpoints) > MAX_BREAKPOINTS:
+        raise ValueError(f"{len(breakpoints)} cache breakpoints; the API allows {MAX_BREAKPOINTS}")
+    ordered = sorted(breakpoints, key=lambda b: b.position)
+    for before, after in itertools.pairwise(ordered):
+        if after.ttl_ms > before.ttl_ms:
+            raise ValueError("a longer-TTL cache breakpoint follows a shorter one")
 
 
 def for_provider(provider: str, min_tokens: int) -> PromptCache:

@@ -101,6 +101,7 @@ class _SessionEngine(Emitter):
         self.warmed: list[tuple[list[int], int, int, int]] = []
         self.rows = rows
         self.ts: list[int] = session.requests["ts"].tolist()
+        self.ts_end: list[int] = session.requests["ts_end"].tolist()
         self.model_index: list[int] = session.requests["model"].tolist()
         self.k = 0
         self.seq = 0
@@ -128,7 +129,7 @@ class _SessionEngine(Emitter):
     def call(self, view: View, call: Call) -> None:
         now = self.ts[self.k]
         if call.cached:
-            usage = self.cache.request(view, call.breakpoints, now)
+            usage = self.cache.request(view, call.breakpoints, now, self.ts_end[self.k])
         else:
             usage = Usage(view.total, 0, 0, 0)
         self.rows.append(

@@ -206,7 +206,7 @@ def test_archive_layout() -> None:
     meta = orjson.loads(raw)
     assert orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) == raw
     assert meta["format"] == "ctxsim compiled trace"
-    assert meta["version"] == compiled.FORMAT_VERSION == 1
+    assert meta["version"] == compiled.FORMAT_VERSION == 2
     assert meta["trace_format"] == "claude-code"
     assert [s["n_blocks"] for s in meta["sessions"]] == [40, 0, 12]
     for entry in ("blocks.parquet", "requests.parquet"):
@@ -382,7 +382,7 @@ def test_newer_version_is_refused() -> None:
     with pytest.raises(TraceError) as info:
         compiled.from_bytes(bad, "new.ctxt")
     assert info.value.category == "compiled-version"
-    assert "version 2 is newer" in info.value.message
+    assert f"version {compiled.FORMAT_VERSION + 1} is newer" in info.value.message
     assert "upgrade ctxsim" in info.value.message
 
 
@@ -617,7 +617,7 @@ def test_cache_invalidated_by_format_version(
 ) -> None:
     cache = CompileCache(tmp_path)
     cache.put(_sample())
-    monkeypatch.setattr(compiled, "FORMAT_VERSION", 2)
+    monkeypatch.setattr(compiled, "FORMAT_VERSION", compiled.FORMAT_VERSION + 1)
     assert cache.get(DIGEST) is None
 
 

@@ -212,12 +212,16 @@ class SessionBuilder:
 
     # -- requests -----------------------------------------------------------------------
 
-    def add_request(self, *, ts: int, model: str, usage: RecordedUsage | None) -> int:
+    def add_request(
+        self, *, ts: int, model: str, usage: RecordedUsage | None, ts_end: int | None = None
+    ) -> int:
+        """A recorded request sent at `ts` whose response was complete at `ts_end`."""
         r = self._requests
         idx = len(r["ts"])
         if model not in self._models:
             self._models[model] = len(self._models)
         r["ts"].append(ts)
+        r["ts_end"].append(max(ts, ts_end if ts_end is not None else ts))
         r["model"].append(self._models[model])
         r["has_usage"].append(usage is not None)
         u = usage or RecordedUsage(0, 0, 0, 0, 0)

@@ -136,6 +136,8 @@ class _Request:
     nodes: list[str] = field(default_factory=list)
     #: When the response's first line was written (`ts` is when the request left).
     line_ts: int = 0
+    #: When its last line was written: the response was complete.
+    end_ts: int = 0
 
 
 class _FileReader:
@@ -283,6 +285,8 @@ class _FileReader:
             req.output = max(req.output, output)
             if req.usage is None and usage is not None:
                 req.usage = usage
+        if node.ts is not None:
+            req.end_ts = max(req.end_ts, node.ts)
         req.nodes.append(node.uuid)
         return True
 
@@ -439,7 +443,7 @@ class _SessionAssembler:
 
     def run(self, requests: list[_Request]) -> None:
         for k, req in enumerate(requests):
-            self.b.add_request(ts=req.ts, model=req.model, usage=req.usage)
+            self.b.add_request(ts=req.ts, model=req.model, usage=req.usage, ts_end=req.end_ts)
             self.b.set_output(k, req.output)
             self.strip_thinking = not PRESERVES_THINKING.match(req.model)
             first = self.r.nodes[req.first_node]
@@ -493,6 +497,7 @@ class _SessionAssembler:
 
     def _compaction(self, k: int, root: _Node) -> None:
         """Everything before the root leaves what the recording sent from request k on."""
+        self.thinking = []  # compacted away: no later turn can strip it
         for uuid in self.path[:-1]:
             for blk in self.node_blocks.get(uuid, []):
                 self.b.compact_away(blk, k)

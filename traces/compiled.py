@@ -46,7 +46,7 @@ from traces.errors import TraceError
 
 FORMAT_NAME = "ctxsim compiled trace"
 #: Bumped on any change to the entries, columns, column types or meta.json fields.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 SUFFIX = ".ctxt"
 
 META = "meta.json"
@@ -92,6 +92,8 @@ def _arrow_schema(columns: dict[str, Any]) -> pa.Schema:
 
 BLOCKS_SCHEMA = _arrow_schema(BLOCK_COLUMNS)
 REQUESTS_SCHEMA = _arrow_schema(REQUEST_COLUMNS)
+#: Version 1 had no `ts_end` (a response's end); reading one, it defaults to `ts`.
+REQUESTS_SCHEMA_V1 = _arrow_schema({k: v for k, v in REQUEST_COLUMNS.items() if k != "ts_end"})
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -258,7 +260,8 @@ def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> 
     n_blocks = np.array([s["n_blocks"] for s in sessions_meta], dtype=np.int64)
     n_requests = np.array([s["n_requests"] for s in sessions_meta], dtype=np.int64)
     blocks = _read_table(entries[BLOCKS], BLOCKS, BLOCKS_SCHEMA, n_blocks, label)
-    requests = _read_table(entries[REQUESTS], REQUESTS, REQUESTS_SCHEMA, n_requests, label)
+    request_schema = REQUESTS_SCHEMA_V1 if meta["version"] == 1 else REQUESTS_SCHEMA
+    requests = _read_table(entries[REQUESTS], REQUESTS, request_schema, n_requests, label)
     sessions = [
         Session(
             id=s["id"],
@@ -390,6 +393,7 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
     if version < 1:
         raise _fail(label, f"version {version} is not a valid format version")
     out: dict[str, Any] = {
+        "version": version,
         "trace_format": _str(meta, "trace_format", "", label),
         "source_digest": _str(meta, "source_digest", "", label),
         "skipped": _counts(meta, "skipped", "", label),

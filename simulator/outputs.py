@@ -1,0 +1,251 @@
+"""The files of a run: requests.parquet, sessions.parquet and manifest.json (DESIGN.md 8).
+
+Everything here turns replay frames into bytes and does no I/O, so the CLI can compute every
+output before it writes the first one (a failed run leaves the directory as it was). The
+bytes are reproducible: rows are sorted by a total key, Parquet is written with fixed
+compression and no statistics, and the manifest holds sorted keys and no timestamps or
+machine paths, so two runs on the same inputs give identical files that CI can diff.
+
+sessions.parquet is derived from the request rows by one polars group_by, never by a second
+bookkeeping in the engine: a session metric can only disagree with its requests by a bug
+in one expression. Column definitions: reports/METRICS.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Any
+
+import orjson
+import polars as pl
+
+from simulator.model import Trace
+from simulator.policy import PolicySpec
+from simulator.replay import COST_COLUMNS
+
+REQUESTS_FILE = "requests.parquet"
+SESSIONS_FILE = "sessions.parquet"
+MANIFEST_FILE = "manifest.json"
+
+#: Total order of request rows: one row per (trace, session, request, call, policy spec).
+REQUEST_ORDER = ("trace", "session_index", "request", "call", "policy", "params_hash")
+#: Keys of a session row, in the order rows are sorted.
+SESSION_KEYS = ("trace", "session_index", "session", "policy", "params_hash")
+TOKEN_COLUMNS = ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output")
+
+#: Parquet writer settings, all spelled out so a library default cannot change the bytes.
+PARQUET_COMPRESSION_LEVEL = 3
+PARQUET_ROW_GROUP_SIZE = 1 << 20
+
+
+def ctxsim_version() -> str:
+    """The installed ctxsim version (recorded in the manifest)."""
+    try:
+        return package_version("ctxsim")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def parquet_bytes(frame: pl.DataFrame) -> bytes:
+    """The frame as Parquet bytes; equal frames give equal bytes."""
+    buf = io.BytesIO()
+    frame.rechunk().write_parquet(
+        buf,
+        compression="zstd",
+        compression_level=PARQUET_COMPRESSION_LEVEL,
+        statistics=False,
+        row_group_size=PARQUET_ROW_GROUP_SIZE,
+    )
+    return buf.getvalue()
+
+
+def json_bytes(obj: Any) -> bytes:
+    """Canonical JSON: sorted keys, two-space indent, final newline."""
+    data: bytes = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    return data + b"\n"
+
+
+def request_rows(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    """All policies' replay frames as one frame, in the canonical row order."""
+    if not frames:
+        raise ValueError("no replay frames")
+    return pl.concat(list(frames), how="vertical").sort(list(REQUEST_ORDER))
+
+
+#: The whole prompt of a call: uncached plus cached (read and written) tokens.
+_INPUT = (
+    pl.col("uncached_input")
+    + pl.col("cache_read")
+    + pl.col("cache_write_5m")
+    + pl.col("cache_write_1h")
+)
+
+
+def _sum_or_null(column: str) -> pl.Expr:
+    """A dollar sum that is null when any row is unpriced: a partial sum would look real."""
+    col = pl.col(column)
+    return pl.when(col.null_count() == 0).then(col.sum()).otherwise(None).alias(column)
+
+
+def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
+    """One row per trace x session x policy spec, aggregated from the request rows."""
+    frame = requests.group_by(list(SESSION_KEYS)).agg(
+        pl.col("model").unique().sort().str.join(",").alias("models"),
+        (pl.col("kind") == "request").sum().cast(pl.Int64).alias("requests"),
+        pl.len().cast(pl.Int64).alias("calls"),
+        (pl.col("kind") == "compaction").sum().cast(pl.Int64).alias("compactions"),
+        pl.col("overflow").sum().cast(pl.Int64).alias("overflows"),
+        pl.col("breaker_trip").sum().cast(pl.Int64).alias("breaker_trips"),
+        _INPUT.sum().cast(pl.Int64).alias("input_tokens"),
+        *(pl.col(c).sum().cast(pl.Int64) for c in TOKEN_COLUMNS),
+        pl.col("context_tokens").max().cast(pl.Int64).alias("context_max"),
+        ((pl.col("ts_ms").max() - pl.col("ts_ms").min()) / 1000.0).alias("duration_s"),
+        *(_sum_or_null(c) for c in COST_COLUMNS),
+        pl.col("cost_total").null_count().cast(pl.Int64).alias("unpriced_calls"),
+    )
+    inputs = pl.col("input_tokens")
+    frame = frame.with_columns(
+        pl.when(inputs > 0)
+        .then(pl.col("cache_read") / inputs)
+        .otherwise(None)
+        .alias("cache_hit_ratio")
+    )
+    ordered = [
+        *SESSION_KEYS,
+        "models",
+        "requests",
+        "calls",
+        "compactions",
+        "overflows",
+        "breaker_trips",
+        "input_tokens",
+        *TOKEN_COLUMNS,
+        "context_max",
+        "cache_hit_ratio",
+        "duration_s",
+        *COST_COLUMNS,
+        "unpriced_calls",
+    ]
+    return frame.select(ordered).sort(["trace", "session_index", "policy", "params_hash"])
+
+
+def policy_summary(requests: pl.DataFrame) -> pl.DataFrame:
+    """Per policy spec: requests, calls, dollars and cache hit ratio (the run's printout)."""
+    inputs = _INPUT.sum()
+    return (
+        requests.group_by(["policy", "params_hash"])
+        .agg(
+            (pl.col("kind") == "request").sum().cast(pl.Int64).alias("requests"),
+            pl.len().cast(pl.Int64).alias("calls"),
+            (pl.col("kind") == "compaction").sum().cast(pl.Int64).alias("compactions"),
+            pl.col("cost_total").sum().alias("cost_total"),
+            pl.col("cost_total").null_count().cast(pl.Int64).alias("unpriced_calls"),
+            pl.when(inputs > 0)
+            .then(pl.col("cache_read").sum() / inputs)
+            .otherwise(None)
+            .alias("cache_hit_ratio"),
+        )
+        .sort(["policy", "params_hash"])
+    )
+
+
+def trace_entry(name: str, trace: Trace) -> dict[str, Any]:
+    """What the manifest says about one input trace: enough to find the same input again."""
+    return {
+        "name": name,
+        "format": trace.format,
+        "source_digest": trace.source_digest,
+        "sessions": len(trace.sessions),
+        "requests": sum(s.n_requests for s in trace.sessions),
+        "skipped": dict(sorted(trace.skipped.items())),
+    }
+
+
+def policy_entry(spec: PolicySpec) -> dict[str, Any]:
+    """A policy spec with every parameter (defaults included) and its hash."""
+    return {**spec.as_dict(), "params_hash": spec.param_hash}
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """A run's three outputs, computed and serialised, not yet written."""
+
+    requests: pl.DataFrame
+    sessions: pl.DataFrame
+    manifest: dict[str, Any]
+    files: dict[str, bytes]
+
+
+def build_run(
+    frames: Sequence[pl.DataFrame],
+    specs: Sequence[PolicySpec],
+    traces: Sequence[tuple[str, Trace]],
+    *,
+    seed: int,
+    cache: str,
+    prices_version: str,
+    lenient: bool,
+) -> RunOutputs:
+    """Every output of a run, as frames and as the exact bytes to write."""
+    requests = request_rows(frames)
+    sessions = session_rows(requests)
+    files = {REQUESTS_FILE: parquet_bytes(requests), SESSIONS_FILE: parquet_bytes(sessions)}
+    manifest: dict[str, Any] = {
+        "ctxsim_version": ctxsim_version(),
+        "prices": prices_version,
+        "seed": seed,
+        "cache": cache,
+        "lenient": lenient,
+        "policies": [policy_entry(s) for s in specs],
+        "traces": [trace_entry(name, trace) for name, trace in traces],
+        "rows": {"requests": requests.height, "sessions": sessions.height},
+        "files": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
+    }
+    files[MANIFEST_FILE] = json_bytes(manifest)
+    return RunOutputs(requests, sessions, manifest, files)
+
+
+def render_summary(outputs: RunOutputs) -> str:
+    """Per policy spec: requests, calls, compactions, dollars and cache hit ratio."""
+    summary = policy_summary(outputs.requests)
+    header = ["policy", "params", "requests", "calls", "compactions", "cost $", "cache hit"]
+    rows = []
+    for r in summary.iter_rows(named=True):
+        cost = "-" if r["cost_total"] is None else f"{r['cost_total']:,.4f}"
+        if r["unpriced_calls"]:
+            cost += "*"
+        ratio = r["cache_hit_ratio"]
+        rows.append(
+            [
+                r["policy"],
+                r["params_hash"],
+                f"{r['requests']:,}",
+                f"{r['calls']:,}",
+                f"{r['compactions']:,}",
+                cost,
+                "-" if ratio is None else f"{100 * ratio:.1f}%",
+            ]
+        )
+    lines = text_table(header, rows, left=2)
+    if int(summary["unpriced_calls"].sum()):
+        lines.append("* dollars leave out calls whose model has no price")
+    return "\n".join(lines) + "\n"
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:
+    """Fixed-width lines: the first `left` columns left-aligned, the rest right-aligned."""
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]

@@ -1,0 +1,285 @@
+"""Replay throughput of the engine under `as-recorded`, beside a naive replay.
+
+Three measurements, in one run so their ratios are comparable:
+
+(a) the engine on the largest Claude Code trace of ../shared/traces (by recorded requests);
+(b) the engine on a 10,000-request synthetic session (traces/synthetic.py);
+(c) a NAIVE replay of that synthetic session: for every request the view is rebuilt from
+    scratch (a fresh View holding every block `Session.view_mask(k, as_recorded=True)`
+    shows) and priced by a cache that re-hashes the whole chain and re-sums the tokens on
+    every request, i.e. what an implementation without incremental views, running sums and
+    hash chains kept between requests would do. Its cost per request grows with the
+    context (and the mask with the session's block count); at about 0.3 ms a request it
+    runs the whole 10,000 requests in a few seconds, so nothing is extrapolated.
+
+Only replay is timed: loading and generating the sessions happen in fixtures. The engine
+is timed through `replay()` (rows, frame and prices: what a caller pays); the naive replay
+only produces rows, which flatters it. Targets (issue: replay engine): >= 100,000
+requests/s on one core and >= 50x the naive replay at 10,000 requests. The plain tests at
+the end check that the naive replay and the engine agree row for row, so the comparison is
+between two implementations of the same thing.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from policies.as_recorded import KEPT_WARM_MS
+from simulator import policy
+from simulator.model import Flag, Session, Trace
+from simulator.models import facts
+from simulator.prefix import PrefixState, infer
+from simulator.replay import recorded_ttl, replay, session_root
+from simulator.view import FIVE_MINUTES, Breakpoint, View, chain
+from traces.load import load_all, units
+from traces.synthetic import synthetic_trace
+
+pytestmark = pytest.mark.benchmark(group="replay")
+
+SYNTHETIC_REQUESTS = 10_000
+SEED = 7
+#: Requests over which the naive replay must match the engine exactly (plain tests).
+CHECKED = 400
+
+Priced = tuple[int, int, int, int, int]  # context, uncached, read, write 5m, write 1h
+Row = tuple[int, int, int, int, int, int]  # request, then Priced
+
+
+# -- the naive replay -----------------------------------------------------------------------
+
+
+class NaiveAnthropicCache:
+    """The Anthropic cache rules of simulator/prompt_cache.py, without any running state
+    from the view: each request re-hashes its whole chain and re-sums its tokens."""
+
+    def __init__(self, min_tokens: int, lookback: int = 20) -> None:
+        self.min_tokens = min_tokens
+        self.lookback = lookback
+        self.entries: dict[int, list[int]] = {}  # prefix hash -> [expiry, ttl]
+
+    @staticmethod
+    def prefixes(view: View) -> tuple[list[int], list[int]]:
+        chains: list[int] = []
+        h = view.root
+        for item_hash in view.hashes:
+            h = chain(h, item_hash)
+            chains.append(h)
+        return chains, list(accumulate(view.tokens))
+
+    def warm(self, view: View, position: int, now: int, ttl: int) -> None:
+        chains, cum = self.prefixes(view)
+        if 0 <= position < len(chains) and cum[position] >= self.min_tokens:
+            self.entries[chains[position]] = [now + ttl, ttl]
+
+    def _valid(self, key: int, now: int) -> list[int] | None:
+        entry = self.entries.get(key)
+        if entry is not None and entry[0] < now:
+            del self.entries[key]
+            return None
+        return entry
+
+    def request(self, view: View, breakpoints: list[Breakpoint], now: int, done: int) -> Priced:
+        """Sent at `now`; what it reads or writes counts as used until `done`."""
+        done = max(done, now)
+        chains, cum = self.prefixes(view)
+        hit = -1
+        for bp in breakpoints:
+            for q in range(bp.position, max(bp.position - self.lookback, hit + 1, 0) - 1, -1):
+                if self._valid(chains[q], now) is not None:
+                    hit = q
+                    break
+        read = cum[hit] if hit >= 0 else 0
+        if hit >= 0:
+            entry = self.entries[chains[hit]]
+            entry[0] = done + entry[1]
+        written = read
+        w5 = w1 = 0
+        for bp in sorted(breakpoints, key=lambda b: b.position):
+            p = bp.position
+            if p <= hit:
+                alive = self._valid(chains[p], now)
+                if alive is not None:
+                    alive[0] = done + alive[1]
+                continue
+            if cum[p] < self.min_tokens or cum[p] <= written:
+                continue
+            self.entries[chains[p]] = [done + bp.ttl_ms, bp.ttl_ms]
+            if bp.ttl_ms > FIVE_MINUTES:
+                w1 += cum[p] - written
+            else:
+                w5 += cum[p] - written
+            written = cum[p]
+        total = cum[-1] if cum else 0
+        return (total, total - read - w5 - w1, read, w5, w1)
+
+
+def naive_replay(session: Session, n: int | None = None) -> list[Row]:
+    """The as-recorded replay of `session`'s first `n` requests, rebuilt per request.
+
+    Mirrors policies/as_recorded.py and simulator/replay.py in what is sent (the inferred
+    prefix segments with their unlogged resets, every visible block, stripped thinking
+    still sent but not counted), where the markers go, one cache per model with the
+    shared prefix warm in each, and entries used until the response's end; differs only in
+    rebuilding everything for every request.
+    """
+    requests = session.requests
+    n = session.n_requests if n is None else min(n, session.n_requests)
+    models = requests["model"].tolist()
+    root = session_root(session, session.models[models[0]]) if n else 0
+    prefix = PrefixState(root, infer(session))
+    ts = requests["ts"].tolist()
+    # When each response was complete (a model without the column: when it was sent).
+    ts_end = requests.data.get("ts_end", requests["ts"]).tolist()
+    ttl = recorded_ttl(session)
+    blocks = session.blocks
+    hashes = blocks["hash"].tolist()
+    tokens = blocks["tokens"].tolist()
+    stripped = (blocks["flags"] & Flag.STRIPPED) != 0
+    caches: dict[int, NaiveAnthropicCache] = {}
+    warmed: list[tuple[View, int]] = []
+    rows: list[Row] = []
+    for k in range(n):
+        prefix.reset(k)
+        view, warm, marks = prefix.start_view()
+        counted = session.view_mask(k, as_recorded=True)
+        sent = counted | (stripped & (blocks["first_request"] <= k) & (k < blocks["compacted_at"]))
+        for b, is_counted in zip(
+            np.flatnonzero(sent).tolist(), counted[sent].tolist(), strict=True
+        ):
+            view.append(b, hashes[b], tokens[b] if is_counted else 0)
+        if k == 0:
+            warmed = [(view, p) for p in warm]
+        cache = caches.get(models[k])
+        if cache is None:
+            cache = caches[models[k]] = NaiveAnthropicCache(
+                facts(session.models[models[k]]).min_cache_tokens
+            )
+            for warm_view, position in warmed:
+                cache.warm(warm_view, position, ts[0], KEPT_WARM_MS)
+        breakpoints = [Breakpoint(p, ttl[k]) for p in [*marks, len(view) - 1]]
+        rows.append((k, *cache.request(view, breakpoints, ts[k], ts_end[k])))
+    return rows
+
+
+def engine_rows(frame: pl.DataFrame, session_index: int = 0) -> list[Row]:
+    """The engine's rows of one session, in the naive replay's shape."""
+    part = frame.filter((pl.col("session_index") == session_index) & (pl.col("kind") == "request"))
+    columns = [
+        "request",
+        "context_tokens",
+        "uncached_input",
+        "cache_read",
+        "cache_write_5m",
+        "cache_write_1h",
+    ]
+    rows: list[Row] = part.select(columns).rows()
+    return rows
+
+
+# -- fixtures -------------------------------------------------------------------------------
+
+
+def _requests(trace: Trace) -> int:
+    return sum(s.n_requests for s in trace.sessions)
+
+
+@pytest.fixture(scope="module")
+def largest_claude_code(shared: Path) -> tuple[str, Trace]:
+    """The Claude Code trace with the most recorded requests (label breaks ties)."""
+    root = shared / "claude-code"
+    if not root.is_dir():
+        pytest.skip("../shared/traces/claude-code is absent")
+    best: tuple[int, str, Trace] | None = None
+    for loaded in load_all(units([root]), lenient=True):
+        key = (_requests(loaded.trace), loaded.label)
+        if best is None or key > best[:2]:
+            best = (*key, loaded.trace)
+    if best is None:
+        pytest.skip("no Claude Code trace in ../shared/traces")
+    return best[1], best[2]
+
+
+@pytest.fixture(scope="module")
+def synthetic() -> Trace:
+    return synthetic_trace(SYNTHETIC_REQUESTS, SEED)
+
+
+#: Requests per second measured so far in this run, by benchmark (for the ratio).
+RATES: dict[str, float] = {}
+
+
+def _rate(benchmark, name: str, requests: int) -> None:
+    """Requests per second from the median round, and from the best (nothing when
+    benchmarks are disabled). Rounds vary with the cyclic garbage collector's timing."""
+    if benchmark.stats is None:
+        return
+    rate = requests / float(benchmark.stats.stats.median)
+    RATES[name] = rate
+    benchmark.extra_info["requests"] = requests
+    benchmark.extra_info["requests_per_s"] = round(rate)
+    benchmark.extra_info["requests_per_s_best"] = round(requests / benchmark.stats.stats.min)
+
+
+# -- benchmarks -----------------------------------------------------------------------------
+
+
+def test_engine_largest_claude_code(benchmark, largest_claude_code) -> None:
+    name, trace = largest_claude_code
+    as_recorded = policy.build("as-recorded")
+    benchmark.extra_info["trace"] = Path(name).name
+    benchmark.extra_info["sessions"] = len(trace.sessions)
+    benchmark.pedantic(
+        replay, args=([(name, trace)], as_recorded), rounds=20, iterations=1, warmup_rounds=1
+    )
+    _rate(benchmark, "engine-largest", _requests(trace))
+
+
+def test_engine_synthetic(benchmark, synthetic) -> None:
+    as_recorded = policy.build("as-recorded")
+    benchmark.pedantic(
+        replay,
+        args=([("synthetic", synthetic)], as_recorded),
+        rounds=10,
+        iterations=1,
+        warmup_rounds=1,
+    )
+    _rate(benchmark, "engine-synthetic", SYNTHETIC_REQUESTS)
+
+
+def test_naive_synthetic(benchmark, synthetic) -> None:
+    """All 10,000 requests (about 3 s a round): no extrapolation needed. Runs after the
+    engine's benchmark (`make bench` keeps file order), so it reports the speed-up too."""
+    session = synthetic.sessions[0]
+    benchmark.pedantic(naive_replay, args=(session,), rounds=2, iterations=1)
+    _rate(benchmark, "naive-synthetic", SYNTHETIC_REQUESTS)
+    if "engine-synthetic" in RATES and "naive-synthetic" in RATES:
+        speedup = RATES["engine-synthetic"] / RATES["naive-synthetic"]
+        benchmark.extra_info["engine_speedup"] = round(speedup, 1)
+
+
+# -- the naive replay is the engine's twin (plain tests, run by `make test`) -----------------
+
+
+def test_naive_replay_matches_the_engine_on_a_synthetic_session() -> None:
+    trace = synthetic_trace(CHECKED, SEED)
+    session = trace.sessions[0]
+    assert session.events, "the compared span should include a compaction"
+    gaps = np.diff(session.requests["ts"])
+    assert (gaps > FIVE_MINUTES).any(), "the compared span should include an idle gap"
+    frame = replay([("synthetic", trace)], policy.build("as-recorded"))
+    assert naive_replay(session) == engine_rows(frame)
+
+
+@pytest.mark.shared
+def test_naive_replay_matches_the_engine_on_the_largest_claude_code_trace(
+    largest_claude_code,
+) -> None:
+    name, trace = largest_claude_code
+    frame = replay([(name, trace)], policy.build("as-recorded"))
+    for i, session in enumerate(trace.sessions):
+        assert naive_replay(session, CHECKED) == engine_rows(frame, i)[:CHECKED], session.id

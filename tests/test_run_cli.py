@@ -1,0 +1,289 @@
+"""`ctxsim run`: its three files, their determinism, session aggregates and option parsing.
+
+The hand-computed session is the tiny trace of tests/test_fidelity.py replayed under
+`as-recorded`: requests (uncached, read, write 5m, write 1h, output) = (0, 0, 6000, 0, 200),
+(0, 6000, 1000, 0, 300), (0, 7000, 800, 0, 100), one minute apart. Rates (genai-prices 0.2.3,
+$/MTok): read 0.30, write 5m 3.75, output 15.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import click
+import polars as pl
+import pytest
+from click.testing import CliRunner, Result
+
+from policies.as_recorded import AsRecorded
+from simulator import policy as registry
+from simulator.cli import main, parse_param
+from simulator.model import Kind, Role, Trace
+from traces import compiled
+from traces.builder import Hasher, RecordedUsage, SessionBuilder
+
+SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "samples"
+SONNET = "claude-sonnet-4-5-20250929"
+T0 = 1_760_000_000_000
+MINUTE = 60_000
+FILES = {"requests.parquet", "sessions.parquet", "manifest.json"}
+
+
+def tiny_trace() -> Trace:
+    """Three requests one minute apart, each adding blocks (see tests/test_fidelity.py)."""
+    b = SessionBuilder(Hasher(b"tiny"), id="s-main", kind="main", client="claude-code 2.1.34")
+    sizes = [[(Role.USER, 1_000, -1)], [(Role.ASSISTANT, 200, 0), (Role.USER, 800, -1)]]
+    sizes.append([(Role.ASSISTANT, 300, 1), (Role.USER, 500, -1)])
+    usage = [(0, 0, 6_000, 0, 200), (0, 6_000, 1_000, 0, 300), (0, 7_000, 800, 0, 100)]
+    msg = 0
+    for k, blocks in enumerate(sizes):
+        for role, tokens, origin in blocks:
+            kind = Kind.TEXT if role == Role.ASSISTANT else Kind.TOOL_RESULT
+            b.add_block(
+                msg=msg,
+                kind=kind,
+                role=role,
+                text=str(msg),
+                ts=T0 + k * MINUTE - 1,
+                first_request=k,
+                tokens=tokens,
+                origin=origin,
+            )
+            msg += 1
+        b.add_request(ts=T0 + k * MINUTE, model=SONNET, usage=RecordedUsage(*usage[k]))
+    return Trace(format="claude-code", source_digest="ab" * 32, sessions=[b.finish()])
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    compiled.write(tiny_trace(), folder / "tiny.ctxt")
+    return folder
+
+
+def ctxsim(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_run_writes_three_files_and_a_manifest(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = ctxsim("run", tiny, "--out", out, "--seed", "7")
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in out.iterdir()} == FILES
+    manifest = json.loads((out / "manifest.json").read_text())
+    spec = registry.build("as-recorded").spec()
+    assert manifest["policies"] == [{**spec.as_dict(), "params_hash": spec.param_hash}]
+    assert manifest["traces"] == [
+        {
+            "name": "tiny",
+            "format": "claude-code",
+            "source_digest": "ab" * 32,
+            "sessions": 1,
+            "requests": 3,
+            "skipped": {},
+        }
+    ]
+    assert (manifest["seed"], manifest["cache"], manifest["lenient"]) == (7, "auto", False)
+    assert manifest["rows"] == {"requests": 3, "sessions": 1}
+    assert manifest["prices"].startswith("genai-prices ")
+    assert manifest["ctxsim_version"]
+    text = (out / "manifest.json").read_text()
+    assert str(tmp_path) not in text
+    assert text == json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+
+    requests = pl.read_parquet(out / "requests.parquet")
+    assert requests["policy"].to_list() == ["as-recorded"] * 3
+    assert requests["params_hash"].to_list() == [spec.param_hash] * 3
+    assert requests["cache_read"].to_list() == [0, 6_000, 7_000]
+    assert "as-recorded" in result.output and "62.5%" in result.output
+
+
+def test_a_second_run_gives_identical_bytes(tmp_path: Path) -> None:
+    """Also when the second run reads the traces compiled by `traces import`: a trace's
+    name is its compiled name, so source and compiled file give the same rows."""
+    first, second, imported = tmp_path / "a", tmp_path / "b", tmp_path / "compiled"
+    assert ctxsim("run", SAMPLES, "--out", first).exit_code == 0
+    assert ctxsim("traces", "import", SAMPLES, "--out", imported).exit_code == 0
+    assert ctxsim("run", imported, "--out", second).exit_code == 0
+    for name in FILES:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_sessions_row_equals_hand_computed_aggregate(tiny: Path, tmp_path: Path) -> None:
+    assert ctxsim("run", tiny, "--out", tmp_path / "o").exit_code == 0
+    sessions = pl.read_parquet(tmp_path / "o" / "sessions.parquet")
+    assert sessions.height == 1
+    row = sessions.row(0, named=True)
+    cost = {
+        "cost_uncached_input": 0.0,
+        "cost_cache_read": 13_000 * 0.30e-6,
+        "cost_cache_write_5m": 7_800 * 3.75e-6,
+        "cost_cache_write_1h": 0.0,
+        "cost_output": 600 * 15e-6,
+    }
+    cost["cost_total"] = sum(cost.values())
+    expected: dict[str, Any] = {
+        "trace": "tiny",
+        "session_index": 0,
+        "session": "s-main",
+        "policy": "as-recorded",
+        "params_hash": registry.build("as-recorded").spec().param_hash,
+        "models": SONNET,
+        "requests": 3,
+        "calls": 3,
+        "compactions": 0,
+        "overflows": 0,
+        "breaker_trips": 0,
+        "input_tokens": 6_000 + 7_000 + 7_800,
+        "uncached_input": 0,
+        "cache_read": 13_000,
+        "cache_write_5m": 7_800,
+        "cache_write_1h": 0,
+        "output": 600,
+        "context_max": 7_800,
+        "cache_hit_ratio": 13_000 / 20_800,
+        "duration_s": 120.0,
+        "unpriced_calls": 0,
+    }
+    assert {k: row[k] for k in expected} == expected
+    assert {k: row[k] for k in cost} == pytest.approx(cost)
+    assert set(row) == set(expected) | set(cost)
+
+
+def test_unknown_policy_fails_with_a_hint_and_writes_nothing(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = ctxsim("run", tiny, "--policy", "as-recordd", "--out", out)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: unknown policy 'as-recordd' (did you mean 'as-recorded'?)"
+    ]
+    assert not out.exists()
+
+
+def test_unknown_parameter_fails_with_a_hint(tiny: Path, tmp_path: Path) -> None:
+    result = ctxsim("run", tiny, "-P", "warm_strat=false", "--out", tmp_path / "o")
+    assert result.exit_code == 2
+    assert "no parameter 'warm_strat' (did you mean 'warm_start'?)" in result.output
+    result = ctxsim("run", tiny, "-P", "warm_start", "--out", tmp_path / "o")
+    assert result.exit_code == 2 and "expected KEY=VALUE" in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("buffer=8000", (None, "buffer", 8000)),
+        ("ratio=0.5", (None, "ratio", 0.5)),
+        ("on=true", (None, "on", True)),
+        ("off=null", (None, "off", None)),
+        ("mode=fast", (None, "mode", "fast")),
+        ('mode="8000"', (None, "mode", "8000")),
+        ("keep=[1, 2]", (None, "keep", [1, 2])),
+        ("autocompact.buffer=13000", (None, "autocompact.buffer", 13000)),
+        ("as-recorded:warm_start=false", ("as-recorded", "warm_start", False)),
+        ("empty=", (None, "empty", "")),
+        ("eq=a=b", (None, "eq", "a=b")),
+    ],
+)
+def test_parse_param(text: str, parsed: tuple[str | None, str, Any]) -> None:
+    assert parse_param(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["novalue", "=1", ":k=1", "p:=1"])
+def test_parse_param_rejects(text: str) -> None:
+    with pytest.raises(click.BadParameter):
+        parse_param(text)
+
+
+class _Copy(AsRecorded):
+    """A second policy for the tests, with a parameter as-recorded lacks."""
+
+    name = "as-recorded-copy"
+    defaults: ClassVar[dict[str, object]] = {**AsRecorded.defaults, "knob": 1}
+
+
+def test_params_go_to_the_policies_that_have_them(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(registry._REGISTRY, _Copy.name, _Copy)
+    out = tmp_path / "o"
+    args = ["run", tiny, "--policy", "as-recorded", "--policy", _Copy.name, "--out", out]
+    result = ctxsim(*args, "-P", "knob=5", "-P", "warm_start=false")
+    assert result.exit_code == 0, result.output
+    policies = json.loads((out / "manifest.json").read_text())["policies"]
+    assert [p["name"] for p in policies] == ["as-recorded", _Copy.name]
+    assert policies[0]["params"]["warm_start"] is False and "knob" not in policies[0]["params"]
+    assert policies[1]["params"]["warm_start"] is False and policies[1]["params"]["knob"] == 5
+
+    result = ctxsim(*args, "-P", f"{_Copy.name}:warm_start=false")
+    assert result.exit_code == 0, result.output
+    policies = json.loads((out / "manifest.json").read_text())["policies"]
+    assert policies[0]["params"]["warm_start"] is True
+    assert policies[1]["params"]["warm_start"] is False
+    requests = pl.read_parquet(out / "requests.parquet")
+    assert requests.height == 6
+    assert requests["policy"].to_list()[:2] == ["as-recorded", _Copy.name]  # sorted by request
+
+    result = ctxsim(*args, "-P", "nob=5")
+    assert result.exit_code == 2
+    assert (
+        result.output
+        == f"error: policy '{_Copy.name}' has no parameter 'nob' (did you mean 'knob'?)\n"
+    )
+    result = ctxsim(*args, "-P", "other:knob=5")
+    assert result.exit_code == 2 and "'other' is not selected" in result.output
+
+
+def test_cache_option_and_empty_input(tiny: Path, tmp_path: Path) -> None:
+    result = ctxsim("run", tiny, "--cache", "openai", "--out", tmp_path / "o")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["cache"] == "openai"
+    requests = pl.read_parquet(tmp_path / "o" / "requests.parquet")
+    assert requests["cache_write_5m"].sum() == 0  # automatic caching has no writes
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = ctxsim("run", empty, "--out", tmp_path / "o2")
+    assert result.exit_code == 2 and "no trace found" in result.output
+
+
+def _strings(obj: Any, out: set[str]) -> None:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            out.add(str(key))
+            _strings(value, out)
+    elif isinstance(obj, list):
+        for value in obj:
+            _strings(value, out)
+    elif isinstance(obj, str):
+        out.add(obj)
+
+
+def test_outputs_hold_no_message_text(tmp_path: Path) -> None:
+    """Every string written is an id, a name, a hash or a version: never content."""
+    out = tmp_path / "o"
+    assert ctxsim("run", SAMPLES, "--out", out).exit_code == 0
+    assert ctxsim("fidelity", SAMPLES, "--out", out).exit_code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    traces = {t["name"] for t in manifest["traces"]}
+    allowed = traces | {"as-recorded", "request", "compaction", ""}
+    requests = pl.read_parquet(out / "requests.parquet")
+    allowed |= set(requests["session"].unique()) | set(requests["model"].unique())
+    allowed |= set(requests["params_hash"].unique())
+    for name in ("requests", "sessions", "fidelity", "fidelity_sessions"):
+        frame = pl.read_parquet(out / f"{name}.parquet")
+        for column in frame.select(pl.col(pl.String)).columns:
+            values = set(frame[column].drop_nulls().unique())
+            if column == "models":
+                values = {m for v in values for m in v.split(",")}
+            assert values <= allowed, (name, column, values - allowed)
+    strings: set[str] = set()
+    _strings(manifest, strings)
+    digests = {t["source_digest"] for t in manifest["traces"]} | set(manifest["files"].values())
+    vocabulary = {"claude-code", "codex", "swe-agent", "auto", manifest["ctxsim_version"]}
+    vocabulary |= {manifest["prices"], *(p["version"] for p in manifest["policies"])}
+    leftover = strings - allowed - digests - vocabulary
+    assert all(s.isidentifier() or s.endswith(".parquet") for s in leftover), leftover
