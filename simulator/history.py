@@ -28,8 +28,9 @@ class Schedule:
         self._leave_order = np.argsort(e, kind="stable")
         self._enter_bounds = np.searchsorted(s[self._enter_order], np.arange(n + 2))
         self._leave_bounds = np.searchsorted(e[self._leave_order], np.arange(n + 2))
-        self.enter = [self._enter_order[a:b].tolist() for a, b in self._pairs(self._enter_bounds)]
-        self.leave = [self._leave_order[a:b].tolist() for a, b in self._pairs(self._leave_bounds)]
+        enter, leave = self._enter_order.tolist(), self._leave_order.tolist()
+        self.enter = [enter[a:b] for a, b in self._pairs(self._enter_bounds)]
+        self.leave = [leave[a:b] for a, b in self._pairs(self._leave_bounds)]
 
     @staticmethod
     def _pairs(bounds: npt.NDArray[np.int64]) -> list[tuple[int, int]]:

@@ -102,7 +102,7 @@ class AnthropicCache(PromptCache):
             entry[0] = done + entry[1]
         written = read
         w5 = w1 = 0
-        for bp in sorted(breakpoints, key=lambda b: b.position):
+        for bp in breakpoints:  # ascending: checked by _check_breakpoints
             p = bp.position
             if p <= hit:
                 entry = entries.get(chains[p])

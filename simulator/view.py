@@ -74,13 +74,20 @@ class View:
         return self.cum[-1] if self.cum else 0
 
     def append(self, block: int, item_hash: int, tokens: int) -> None:
-        prev_chain = self.chains[-1] if self.chains else self.root
-        prev_cum = self.cum[-1] if self.cum else 0
+        chains, cum = self.chains, self.cum
+        if chains:
+            z = (chains[-1] ^ item_hash) * _MUL & _MASK  # chain(), inlined: the hot path
+            prev_cum = cum[-1]
+        else:
+            z = (self.root ^ item_hash) * _MUL & _MASK
+            prev_cum = 0
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK
         self.ids.append(block)
         self.hashes.append(item_hash)
         self.tokens.append(tokens)
-        self.chains.append(chain(prev_chain, item_hash))
-        self.cum.append(prev_cum + tokens)
+        chains.append(z ^ (z >> 31))
+        cum.append(prev_cum + tokens)
 
     def extend(self, items: Iterable[tuple[int, int, int]]) -> None:
         for block, item_hash, tokens in items:

@@ -17,6 +17,7 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import simulator.replay as replay_module
 from simulator import policy
 from simulator.model import (
     NEVER,
@@ -46,14 +47,7 @@ TOKEN_COLUMNS = [
     "cache_write_1h",
     "output",
 ]
-COST_COLUMNS = [
-    "cost_uncached_input",
-    "cost_cache_read",
-    "cost_cache_write_5m",
-    "cost_cache_write_1h",
-    "cost_output",
-    "cost_total",
-]
+COST_COLUMNS = list(replay_module.COST_COLUMNS)
 PRICES = PriceBook()
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
