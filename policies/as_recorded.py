@@ -38,6 +38,9 @@ class _State(SessionPolicy):
         self.compacted: list[int] = blocks["compacted_at"].tolist()
         self.removed_later: dict[int, list[int]] = {}
         self.warm_start = warm_start
+        self.marks_by_ttl: dict[int, list[Breakpoint]] = {}
+        #: One Call reused for every request: the engine reads it at once, keeps nothing.
+        self.call = Call("request", "", [], 0)
 
     def _sync(self, k: int) -> None:
         if self.prefix.reset(k):  # the client changed its unlogged context: re-chain
@@ -62,10 +65,12 @@ class _State(SessionPolicy):
             view.remove(leaving)
             for i in range(leaving[0], len(view)):
                 pos[view.ids[i]] = i
-        hashes, tokens = self.hashes, self.tokens
-        for b in self.schedule.enter[k]:
-            pos[b] = len(view)
-            view.append(b, hashes[b], tokens[b])
+        entering = self.schedule.enter[k]
+        if entering:
+            n = len(view.ids)
+            for i, b in enumerate(entering, start=n):
+                pos[b] = i
+            view.extend_blocks(entering, self.hashes, self.tokens)
 
     def step(self, k: int, out: Emitter) -> None:
         self._sync(k)
@@ -74,9 +79,13 @@ class _State(SessionPolicy):
         if k == 0 and self.warm_start:
             for position in self.warm:
                 out.warm(view, position, KEPT_WARM_MS)
-        breakpoints = [Breakpoint(p, ttl) for p in self.marks]
-        breakpoints.append(Breakpoint(len(view) - 1, ttl))
-        out.call(view, Call("request", "", breakpoints, self.ctx.output[k]))
+        prefix_marks = self.marks_by_ttl.get(ttl)
+        if prefix_marks is None:
+            prefix_marks = self.marks_by_ttl[ttl] = [Breakpoint(p, ttl) for p in self.marks]
+        call = self.call
+        call.breakpoints = [*prefix_marks, Breakpoint(len(view.ids) - 1, ttl)]
+        call.output_tokens = self.ctx.output[k]
+        out.call(view, call)
 
 
 @register

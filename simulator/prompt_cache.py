@@ -24,7 +24,7 @@ run of identical leading items, floored to the step.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View
 
@@ -34,9 +34,10 @@ MAX_BREAKPOINTS = 4
 __all__ = ["FIVE_MINUTES", "ONE_HOUR", "AnthropicCache", "AutomaticCache", "Breakpoint"]
 
 
-@dataclass
-class Usage:
-    """Input split of one request, Anthropic-style (uncached excludes cached tokens)."""
+class Usage(NamedTuple):
+    """Input split of one request, Anthropic-style (uncached excludes cached tokens).
+
+    A named tuple: one is made per simulated call, so it must be cheap."""
 
     uncached: int
     cache_read: int
@@ -82,8 +83,13 @@ class AnthropicCache(PromptCache):
     def request(
         self, view: View, breakpoints: list[Breakpoint], now_ms: int, done_ms: int | None = None
     ) -> Usage:
-        done = now_ms if done_ms is None else max(done_ms, now_ms)
-        _check_breakpoints(breakpoints)
+        done = now_ms if done_ms is None or done_ms < now_ms else done_ms
+        if len(breakpoints) > 2:
+            _check_breakpoints(breakpoints)
+        elif len(breakpoints) == 2:
+            a, b = breakpoints
+            if b.position < a.position or b.ttl_ms > a.ttl_ms:
+                _check_breakpoints(breakpoints)
         chains, cum = view.chains, view.cum
         entries = self.entries
         hit = -1
@@ -178,11 +184,13 @@ class AutomaticCache(PromptCache):
 
 
 def _check_breakpoints(breakpoints: list[Breakpoint]) -> None:
-    """The API's own checks: at most 4 markers, longer TTLs before shorter ones."""
+    """The API's own checks (at most 4 markers, longer TTLs before shorter ones), and ours:
+    markers come in ascending position."""
     if len(breakpoints) > MAX_BREAKPOINTS:
         raise ValueError(f"{len(breakpoints)} cache breakpoints; the API allows {MAX_BREAKPOINTS}")
-    ordered = sorted(breakpoints, key=lambda b: b.position)
-    for before, after in itertools.pairwise(ordered):
+    for before, after in itertools.pairwise(breakpoints):
+        if after.position < before.position:
+            raise ValueError("cache breakpoints must be given in ascending position")
         if after.ttl_ms > before.ttl_ms:
             raise ValueError("a longer-TTL cache breakpoint follows a shorter one")
 

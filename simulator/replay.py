@@ -104,6 +104,7 @@ class _SessionEngine(Emitter):
         self.rows = rows
         self.ts: list[int] = session.requests["ts"].tolist()
         self.ts_end: list[int] = session.requests["ts_end"].tolist()
+        self.model_names = [session.models[m] for m in session.requests["model"].tolist()]
         self.model_index: list[int] = session.requests["model"].tolist()
         self.k = 0
         self.seq = 0
@@ -113,11 +114,16 @@ class _SessionEngine(Emitter):
         m = self.model_index[self.k]
         cache = self.caches.get(m)
         if cache is None:
-            model_facts = facts(self.session.models[m])
-            provider = model_facts.provider if self.cache_option == "auto" else self.cache_option
-            cache = self.caches[m] = for_provider(provider, model_facts.min_cache_tokens)
-            for chains, tokens, since, ttl in self.warmed:
-                cache.warm_entry(chains, tokens, since, ttl)
+            cache = self._new_cache(m)
+        return cache
+
+    def _new_cache(self, m: int) -> PromptCache:
+        """The first call with model m: its own cache, with the warm shared prefixes."""
+        model_facts = facts(self.session.models[m])
+        provider = model_facts.provider if self.cache_option == "auto" else self.cache_option
+        cache = self.caches[m] = for_provider(provider, model_facts.min_cache_tokens)
+        for chains, tokens, since, ttl in self.warmed:
+            cache.warm_entry(chains, tokens, since, ttl)
         return cache
 
     def warm(self, view: View, position: int, ttl_ms: int) -> None:
@@ -129,30 +135,29 @@ class _SessionEngine(Emitter):
             cache.warm_entry(*spec)
 
     def call(self, view: View, call: Call) -> None:
-        now = self.ts[self.k]
+        k = self.k
+        now = self.ts[k]
         if call.cached:
-            usage = self.cache.request(view, call.breakpoints, now, self.ts_end[self.k])
+            usage = self.cache.request(view, call.breakpoints, now, self.ts_end[k])
         else:
             usage = Usage(view.total, 0, 0, 0)
+        flags = call.flags
         self.rows.append(
             (
                 self.trace,
                 self.session.id,
                 self.index,
-                self.k,
+                k,
                 self.seq,
                 call.kind,
                 call.stage,
                 now,
-                self.session.models[self.model_index[self.k]],
+                self.model_names[k],
                 view.total,
-                usage.uncached,
-                usage.cache_read,
-                usage.cache_write_5m,
-                usage.cache_write_1h,
+                *usage,
                 call.output_tokens,
-                call.flags.get("overflow", False),
-                call.flags.get("breaker_trip", False),
+                flags.get("overflow", False) if flags else False,
+                flags.get("breaker_trip", False) if flags else False,
             )
         )
         self.seq += 1
@@ -211,7 +216,13 @@ def replay(
     finally:
         if collecting:
             gc.enable()
-    frame = pl.DataFrame(rows, schema=ROW_SCHEMA, orient="row")
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in ROW_SCHEMA]
+    frame = pl.DataFrame(
+        {
+            name: pl.Series(name, col, dtype)
+            for (name, dtype), col in zip(ROW_SCHEMA.items(), columns, strict=True)
+        }
+    )
     spec = policy.spec()
     frame = frame.with_columns(
         pl.lit(spec.name).alias("policy"), pl.lit(spec.param_hash).alias("params_hash")
