@@ -216,7 +216,9 @@ def replay(
     finally:
         if collecting:
             gc.enable()
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in ROW_SCHEMA]
+    columns: list[tuple[Any, ...]] = (
+        list(zip(*rows, strict=True)) if rows else [() for _ in ROW_SCHEMA]
+    )
     frame = pl.DataFrame(
         {
             name: pl.Series(name, col, dtype)
