@@ -96,6 +96,12 @@ class SessionContext:
     output: list[int]
     #: Hash identifying the system + tools prefix (per model: caches are per model).
     root: int
+    #: Per request: when its response was complete (ms); defaults to `ts`.
+    ts_end: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.ts_end:
+            self.ts_end = list(self.ts)
 
 
 class SessionPolicy(ABC):

@@ -183,6 +183,7 @@ def replay_session(
         facts=model_facts,
         rng=random.Random(_seed_for(options.seed, trace_name, session.id)),
         ts=session.requests["ts"].tolist(),
+        ts_end=session.requests["ts_end"].tolist(),
         models=[session.models[m] for m in session.requests["model"].tolist()],
         recorded_ttl=recorded_ttl(session),
         output=session.requests["output"].tolist(),

@@ -118,6 +118,23 @@ class View:
             chains.append(z_prev)
             cum.append(total)
 
+    def extend_items(self, ids: list[int], hashes: list[int], tokens: list[int]) -> None:
+        """Append items given as parallel lists (a re-chain after a change in the middle)."""
+        chains, cum = self.chains, self.cum
+        z_prev = chains[-1] if chains else self.root
+        total = cum[-1] if cum else 0
+        for h, t in zip(hashes, tokens, strict=True):
+            z = (z_prev ^ h) * _MUL & _MASK
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK
+            z_prev = z ^ (z >> 31)
+            total += t
+            chains.append(z_prev)
+            cum.append(total)
+        self.ids.extend(ids)
+        self.hashes.extend(hashes)
+        self.tokens.extend(tokens)
+
     def extend(self, items: Iterable[tuple[int, int, int]]) -> None:
         for block, item_hash, tokens in items:
             self.append(block, item_hash, tokens)

@@ -269,3 +269,34 @@ def test_traces_stats_command_totals_match_raw_json(shared: Path) -> None:
             for key in expected:
                 expected[key] += counted[key]
         assert got[unit.files[0].path.name] == expected, unit.label
+
+
+def test_every_event_points_at_its_summary_block(shared: Path) -> None:
+    """Blocks inserted by the anchoring (unlogged growth) must not shift event indices."""
+    checked = 0
+    for unit in _units(str(shared)):
+        for s in _read(str(shared), unit.label).sessions:
+            for ev in s.events:
+                if ev.summary_block >= 0:
+                    assert s.blocks["kind"][ev.summary_block] == Kind.SUMMARY
+                    assert s.blocks["first_request"][ev.summary_block] == ev.request
+                    checked += 1
+    assert checked == 9
+
+
+def test_compaction_growth_is_split_into_summary_and_restored(shared: Path) -> None:
+    """At a recorded compaction the summary is sized from its text; the rest of the
+    recorded growth is what the client restored (an INJECTED artifact)."""
+    label = "claude-code/promptgrimoire/ffc93f57-cbec-4226-ba46-303172c33946.jsonl"
+    s = _read(str(shared), label).sessions[0]
+    b = s.blocks
+    for ev in s.events:
+        restored = (
+            (b["first_request"] == ev.request)
+            & (b["kind"] == Kind.INJECTED)
+            & ((b["flags"] & Flag.ARTIFACT) != 0)
+        )
+        summary = int(b["tokens"][ev.summary_block])
+        assert restored.sum() == 1
+        assert summary < 0.5 * int(b["tokens"][restored].sum()) + summary
+        assert 0.9 < summary / int(b["tokens_raw"][ev.summary_block]) < 1.6

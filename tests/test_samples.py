@@ -149,7 +149,7 @@ def test_main_trace_stats(main_trace: Trace) -> None:
     assert stats["lines_synthetic"] == 1  # the <synthetic> API-error line
     assert stats["outputs_from_tokenizer"] == 0  # the last line of each call has the output
     assert stats["unexplained_shrinks"] == 0
-    assert stats["injected_blocks"] == 0
+    assert stats["injected_blocks"] == 1  # the files restored at the compaction, unlogged
 
 
 def test_main_recorded_usage_totals(main_trace: Trace) -> None:
@@ -200,10 +200,12 @@ def test_main_compaction_event(main_trace: Trace) -> None:
     b = s.blocks
     assert b["kind"][event.summary_block] == Kind.SUMMARY
     assert b["flags"][event.summary_block] & Flag.ARTIFACT
-    # what the recording sent after the compaction: the summary only (plus restored files,
-    # which the transcript does not log and which the anchored counts carry)
+    # what the recording sent after the compaction: the summary, then the restored files,
+    # which the transcript does not log: an INJECTED artifact sized from the usage
     recorded = s.view_mask(COMPACT_REQUEST, as_recorded=True)
-    assert np.flatnonzero(recorded).tolist() == [event.summary_block]
+    restored = event.summary_block + 1
+    assert np.flatnonzero(recorded).tolist() == [event.summary_block, restored]
+    assert b["kind"][restored] == Kind.INJECTED and b["flags"][restored] & Flag.ARTIFACT
     assert sorted(set(b["compacted_at"].tolist())) == [COMPACT_REQUEST, NEVER]
     # the logical history keeps everything before the boundary
     assert s.view_mask(COMPACT_REQUEST).sum() == event.summary_block

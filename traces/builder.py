@@ -16,7 +16,7 @@ cannot be carried by non-negative counts: it is counted in `Session`-level stats
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -338,12 +338,29 @@ class SessionBuilder:
             + requests["cache_write_5m"]
             + requests["cache_write_1h"]
         )
-        injected: list[tuple[int, int]] = []  # (request, tokens)
+        injected: list[tuple[int, int, int]] = []  # (request, tokens, flags)
+        summary_mask = (blocks["kind"] == Kind.SUMMARY) & ((blocks["flags"] & Flag.ARTIFACT) != 0)
+        ratios: list[float] = []  # recorded growth per raw token, at ordinary requests
         held = 0  # anchored tokens of the blocks in the current as-recorded view
         prefix: int | None = None
         shrinks = 0
         shifted = 0
+        # Injected blocks are inserted after this loop; they leave the view with the block
+        # they follow (see _insert_injected): their tokens leave `held` then.
+        injected_leaving: dict[int, int] = {}
+
+        def inject(k: int, n: int, flags: int) -> None:
+            injected.append((k, n, flags))
+            before = np.nonzero(
+                (first[: np.searchsorted(first, k, side="right")] <= k)
+                & (end[: np.searchsorted(first, k, side="right")] > k)
+            )[0]
+            leaves = int(end[before[-1]]) if len(before) else NEVER
+            if leaves < NEVER:
+                injected_leaving[leaves] = injected_leaving.get(leaves, 0) + n
+
         for k in range(n_req):
+            held -= injected_leaving.pop(k, 0)
             lo, hi = np.searchsorted(leave_keys, [k, k + 1])
             leaving = leave_order[lo:hi]
             lo, hi = np.searchsorted(enter_keys, [k, k + 1])
@@ -371,9 +388,25 @@ class SessionBuilder:
                 continue
             if len(entering) == 0:
                 if target > 0:
-                    injected.append((k, target))
+                    inject(k, target, int(Flag.NONE))
                     held += target
                 continue
+            summaries = summary_mask[entering]
+            if summaries.any():
+                # The recording's compaction: the summary is sized from its text (at the
+                # session's own Claude-per-cl100k ratio); the rest of the growth is what
+                # the client restored (files, reminders), unlogged: an INJECTED artifact.
+                ratio = float(np.median(ratios)) if ratios else 1.0
+                sized = np.minimum(np.round(weights * ratio).astype(np.int64), target)
+                if int(sized.sum()) <= target:
+                    tokens[entering] = sized
+                    rest = target - int(sized.sum())
+                    if rest > 0:
+                        inject(k, rest, int(Flag.ARTIFACT))
+                    held += target
+                    continue
+            elif weights.sum() > 0:
+                ratios.append(target / float(weights.sum()))
             tokens[entering] = _distribute(target, weights)
             held += target
         self.stats["tokens_shifted"] = shifted
@@ -384,14 +417,14 @@ class SessionBuilder:
         return blocks, int(prefix or 0)
 
     def _insert_injected(
-        self, blocks: dict[str, npt.NDArray[Any]], injected: list[tuple[int, int]]
+        self, blocks: dict[str, npt.NDArray[Any]], injected: list[tuple[int, int, int]]
     ) -> dict[str, npt.NDArray[Any]]:
         """Insert INJECTED blocks at the end of the as-recorded view of their request."""
         first = blocks["first_request"]
         end = np.minimum(blocks["hidden_from"], blocks["compacted_at"])
-        positions = np.searchsorted(first, [k for k, _ in injected], side="right")
+        positions = np.searchsorted(first, [k for k, _, _ in injected], side="right")
         new_rows: dict[str, list[Any]] = {name: [] for name in BLOCK_COLUMNS}
-        for (k, n), pos in zip(injected, positions, strict=True):
+        for (k, n, flags), pos in zip(injected, positions, strict=True):
             visible_before = np.nonzero((first[:pos] <= k) & (end[:pos] > k))[0]
             prev = int(visible_before[-1]) if len(visible_before) else -1
             row = {
@@ -409,15 +442,25 @@ class SessionBuilder:
                 "hidden_from": blocks["hidden_from"][prev] if prev >= 0 else NEVER,
                 "compacted_at": blocks["compacted_at"][prev] if prev >= 0 else NEVER,
                 "origin": -1,
-                "flags": int(Flag.NONE),
+                "flags": flags,
                 "path_hash": 0,
             }
             for name, value in row.items():
                 new_rows[name].append(value)
-        # Links point at block indices: shift them past the inserted rows.
+        # Links and events point at block indices: shift them past the inserted rows.
         link = blocks["link"]
         shifted = np.where(link >= 0, link + np.searchsorted(positions, link, side="right"), -1)
         blocks["link"] = shifted.astype(np.int32)
+        self.events = [
+            e
+            if e.summary_block < 0
+            else replace(
+                e,
+                summary_block=e.summary_block
+                + int(np.searchsorted(positions, e.summary_block, side="right")),
+            )
+            for e in self.events
+        ]
         out: dict[str, npt.NDArray[Any]] = {}
         for name, dtype in BLOCK_COLUMNS.items():
             values = np.asarray(new_rows[name], dtype=dtype)

@@ -239,6 +239,34 @@ def test_engine_largest_claude_code(benchmark, largest_claude_code) -> None:
     _rate(benchmark, "engine-largest", _requests(trace))
 
 
+#: Every stage of the Claude Code pipeline switched on (collapse replaces autocompact when
+#: on, so it is measured both ways).
+ALL_STAGES = {
+    "budget.per_message.enabled": True,
+    "snip.enabled": True,
+    "microcompact.time_based.enabled": True,
+    "microcompact.cached.enabled": True,
+    "autocompact.session_memory.enabled": True,
+}
+
+
+@pytest.mark.parametrize("collapse", [False, True], ids=["autocompact", "collapse"])
+def test_claude_code_all_stages_largest(benchmark, largest_claude_code, collapse: bool) -> None:
+    """Issue target: at least 50,000 requests/s with every stage on."""
+    name, trace = largest_claude_code
+    pipeline = policy.build("claude-code", {**ALL_STAGES, "collapse.enabled": collapse})
+    benchmark.pedantic(
+        replay, args=([(name, trace)], pipeline), rounds=20, iterations=1, warmup_rounds=1
+    )
+    _rate(benchmark, f"claude-code-all-{collapse}", _requests(trace))
+
+
+def test_claude_code_all_stages_synthetic(benchmark, synthetic) -> None:
+    pipeline = policy.build("claude-code", ALL_STAGES)
+    benchmark.pedantic(replay, args=([("synthetic", synthetic)], pipeline), rounds=5, iterations=1)
+    _rate(benchmark, "claude-code-all-synthetic", SYNTHETIC_REQUESTS)
+
+
 def test_engine_synthetic(benchmark, synthetic) -> None:
     as_recorded = policy.build("as-recorded")
     benchmark.pedantic(

@@ -1,0 +1,227 @@
+"""Stage 4, autocompact (Claude Code 2.1.88; older presets change the reserve).
+
+reserve = min(model max output, 20,000) (p99.99 of summaries is 17,387; 2.1.5-2.1.9
+reserved the whole 32,000 max output); effective window = window - reserve; threshold =
+effective - 13,000 buffer; blocking limit = effective - 3,000. The trigger compares an
+estimate: the last API usage (input + cache read + cache write + output) plus length/4 of
+newer messages (images 2,000 tokens), minus what snip freed.
+
+Compaction: session-memory compaction first when enabled (keep a tail of at least 10,000
+tokens and 5 text messages, at most 40,000; the session memory replaces the rest), else a
+full compaction: one summary request of its own (no tools), whose cache marker sits on the
+second-to-last item so it reads the conversation's cached prefix without writing its tail.
+A prompt that is too long is retried up to 3 times, each time dropping the oldest
+API-round groups until it fits; other failures come from a seeded probability. After 3
+consecutive failed compactions the circuit breaker turns autocompact off for the session;
+a success resets the count. After compaction the conversation is the summary, up to 5
+recently read files (5,000 tokens each, 50,000 in all, sized from the trace's own Read
+results) and invoked skills.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from policies.calibration.summary import summary_tokens
+from policies.claude_code.conversation import Conversation
+from simulator.model import Kind
+from simulator.view import View, chain
+
+
+@dataclass
+class Limits:
+    window: int
+    reserve: int
+    effective: int
+    threshold: int
+    warning: int
+    blocking: int
+
+
+@dataclass
+class Attempt:
+    """What a compaction did: its request view (if one was sent) and the outcome."""
+
+    view: View | None
+    output_tokens: int
+    ok: bool
+    reason: str  # "", "prompt-too-long", "failure"
+
+
+class Autocompact:
+    def __init__(self, p: dict[str, Any]) -> None:
+        self.enabled = bool(p["autocompact.enabled"])
+        self.buffer = int(p["autocompact.buffer_tokens"])
+        self.max_output = int(p["autocompact.max_output_tokens"])
+        cap = p["autocompact.reserve_cap_tokens"]
+        self.reserve_cap = None if cap is None else int(cap)
+        self.warning_offset = int(p["autocompact.warning_offset_tokens"])
+        self.blocking_offset = int(p["autocompact.blocking_offset_tokens"])
+        self.prompt_tokens = int(p["autocompact.summary_prompt_tokens"])
+        fixed = p["autocompact.summary_tokens"]
+        self.fixed_summary = None if fixed is None else int(fixed)
+        self.ptl_retries = int(p["autocompact.ptl_retries"])
+        self.ptl_drop = float(p["autocompact.ptl_drop_fraction"])
+        self.breaker_after = int(p["autocompact.breaker_failures"])
+        self.failure_p = float(p["autocompact.failure_probability"])
+        self.restore_files = int(p["autocompact.restore_files"])
+        self.restore_file_tokens = int(p["autocompact.restore_file_tokens"])
+        self.restore_total = int(p["autocompact.restore_total_tokens"])
+        self.skills_tokens = int(p["autocompact.skills_tokens"])
+        self.sm_enabled = bool(p["autocompact.session_memory.enabled"])
+        self.sm_min_tail = int(p["autocompact.session_memory.min_tail_tokens"])
+        self.sm_min_text = int(p["autocompact.session_memory.min_tail_text_messages"])
+        self.sm_max_tail = int(p["autocompact.session_memory.max_tail_tokens"])
+        self.sm_memory = int(p["autocompact.session_memory.memory_tokens"])
+        self.failures = 0
+        self.tripped = False
+        self.compactions = 0
+
+    def limits(self, window: int, model_max_output: int | None = None) -> Limits:
+        """The thresholds for a model: the reserve is the output the summary may need,
+        never more than the model can write."""
+        out = self.max_output
+        if model_max_output is not None:
+            out = min(out, model_max_output)
+        reserve = out if self.reserve_cap is None else min(out, self.reserve_cap)
+        effective = window - reserve
+        threshold = effective - self.buffer
+        return Limits(
+            window,
+            reserve,
+            effective,
+            threshold,
+            threshold - self.warning_offset,
+            effective - self.blocking_offset,
+        )
+
+    def due(self, estimate: int, limits: Limits) -> bool:
+        return self.enabled and not self.tripped and estimate >= limits.threshold
+
+    # -- session memory ---------------------------------------------------------------
+
+    def session_memory(self, conv: Conversation) -> bool:
+        """Keep a recent tail verbatim and put the session memory before it."""
+        if not self.sm_enabled:
+            return False
+        groups = conv.groups()
+        bounds = [*groups, len(conv.items)]
+        tail_tokens = tail_text = 0
+        cut = len(groups)
+        for g in range(len(groups) - 1, -1, -1):
+            span = conv.items[bounds[g] : bounds[g + 1]]
+            size = sum(conv.item(k)[1] for k in span)
+            if tail_tokens + size > self.sm_max_tail:
+                break
+            tail_tokens += size
+            tail_text += sum(1 for k in span if k >= 0 and conv.kinds[k] == Kind.TEXT)
+            cut = g
+            if tail_tokens >= self.sm_min_tail and tail_text >= self.sm_min_text:
+                break
+        if cut == 0 or tail_tokens < self.sm_min_tail or tail_text < self.sm_min_text:
+            return False
+        memory = conv.add_synthetic(self.sm_memory, "summary", 0x5E55)
+        conv.replace_all([memory, *conv.items[bounds[cut] :]])
+        return True
+
+    # -- full compaction --------------------------------------------------------------
+
+    def compact(self, conv: Conversation, rng: random.Random, window: int) -> list[Attempt]:
+        """Run a full compaction; returns every attempt that was sent (priced) or refused."""
+        attempts: list[Attempt] = []
+        items = list(conv.items)
+        pre_tokens = conv.total()
+        for _ in range(1 + self.ptl_retries):
+            view = self._request_view(conv, items)
+            if view.total > window:
+                attempts.append(Attempt(None, 0, False, "prompt-too-long"))
+                items = self._drop_oldest(conv, items, view.total - window)
+                continue
+            if self.failure_p > 0 and rng.random() < self.failure_p:
+                attempts.append(Attempt(view, 0, False, "failure"))
+                break
+            summary = self._summary_tokens(pre_tokens, rng)
+            attempts.append(Attempt(view, summary, True, ""))
+            self._install(conv, summary)
+            return attempts
+        return attempts
+
+    def _summary_tokens(self, pre_tokens: int, rng: random.Random) -> int:
+        if self.fixed_summary is not None:
+            return self.fixed_summary
+        return summary_tokens(pre_tokens, rng)
+
+    def _request_view(self, conv: Conversation, items: list[int]) -> View:
+        """The summary request: the conversation (possibly cut) and the summary prompt."""
+        if items == conv.items:
+            view = conv.sync().copy()
+        else:
+            view = conv.sync().copy()
+            view.truncate(conv.n_prefix)
+            view.extend((k if k >= 0 else -1, *conv.sent(k)) for k in items)
+        view.append(-1, chain(conv.ctx.root, 0x5C0A), self.prompt_tokens)
+        return view
+
+    def _drop_oldest(self, conv: Conversation, items: list[int], gap: int) -> list[int]:
+        """Drop the oldest API-round groups until `gap` tokens are gone. Claude Code drops
+        20% of the groups when the API does not say by how much the prompt is over; the
+        simulation always knows the gap, so the fraction applies only when it is unknown."""
+        saved = conv.items
+        conv.items = items
+        groups = conv.groups()
+        conv.items = saved
+        bounds = [*groups, len(items)]
+        at_least = max(1, int(len(groups) * self.ptl_drop)) if gap <= 0 else 1
+        freed = 0
+        g = 0
+        while g < len(groups) - 1 and (freed < gap or g < at_least):
+            freed += sum(conv.sent(k)[1] for k in items[bounds[g] : bounds[g + 1]])
+            g += 1
+        return items[bounds[g] :]
+
+    def _install(self, conv: Conversation, summary: int) -> None:
+        """The conversation after compaction: summary, restored files, skills."""
+        keys = [conv.add_synthetic(summary, "summary", self.compactions)]
+        for tokens in self._restored(conv):
+            keys.append(conv.add_synthetic(tokens, "restored", self.compactions))
+        if self.skills_tokens:
+            keys.append(conv.add_synthetic(self.skills_tokens, "skills", self.compactions))
+        conv.replace_all(keys)
+        self.compactions += 1
+
+    def _restored(self, conv: Conversation) -> list[int]:
+        """Sizes of the recently read files re-attached after compaction: the latest Read
+        result of up to 5 distinct files, each capped, within the total budget."""
+        sizes: list[int] = []
+        seen: set[int] = set()
+        budget = self.restore_total
+        for key in reversed(conv.items):
+            if len(sizes) >= self.restore_files or budget <= 0:
+                break
+            if not conv.is_read_result(key):
+                continue
+            path = conv.path_hash[key]
+            if path in seen:
+                continue
+            seen.add(path)
+            size = min(conv.tokens[key], self.restore_file_tokens, budget)
+            sizes.append(size)
+            budget -= size
+        return sizes
+
+    def succeeded(self) -> None:
+        """A compaction worked (full or session memory): the breaker's count restarts."""
+        self.failures = 0
+
+    def record(self, attempts: list[Attempt]) -> bool:
+        """Count the outcome; True if this compaction tripped the breaker."""
+        if attempts and attempts[-1].ok:
+            self.succeeded()
+            return False
+        self.failures += 1
+        if self.failures >= self.breaker_after and not self.tripped:
+            self.tripped = True
+            return True
+        return False

@@ -1,0 +1,336 @@
+"""Claude Code's context pipeline as a policy, with versioned presets.
+
+Before each request, cheapest first (DESIGN.md section 4): 0 the tool-result budget, 1 snip,
+2 microcompact, 3 context collapse, 4 autocompact. Every stage can be switched off and every
+constant is a named parameter (`ctxsim policies show claude-code`); the presets fix them to
+what a Claude Code version did:
+
+* `claude-code@1.0`: 1.0.x: no tool-result budget yet; otherwise as 2.1.6.
+* `claude-code@2.1.6`: the 2.1.5-2.1.9 behaviour: the autocompact reserve is the whole
+  32,000-token max output, so compaction near 155k on a 200k window; 5-minute cache TTL.
+* `claude-code@2.1.88`: reserve min(max output, 20,000), compaction at 167k; the stages
+  gated off by default (snip, time-based and cached microcompact, collapse, the
+  per-message budget, session memory) stay off; cache TTL as the recording wrote it.
+* `claude-code`: the newest preset.
+
+The agent's actions are replayed unchanged (open loop); the policy decides only what each
+request sends: the conversation it keeps (policies/claude_code/conversation.py), rewritten
+by the stages, under the recorded system prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from policies.calibration.summary import BEYOND_FILE_RULE, compaction_output_tokens
+from policies.claude_code.autocompact import Autocompact, Limits
+from policies.claude_code.budget import Budget
+from policies.claude_code.collapse import Collapse
+from policies.claude_code.conversation import Conversation
+from policies.claude_code.microcompact import Microcompact
+from policies.claude_code.snip import Snip
+from simulator.model import Flag
+from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
+from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View, chain
+
+COMPACTABLE_TOOLS = [
+    "Read",
+    "Bash",
+    "PowerShell",
+    "Grep",
+    "Glob",
+    "WebSearch",
+    "WebFetch",
+    "Edit",
+    "Write",
+]
+#: A shared prefix warmed by other sessions is taken to stay warm (see as-recorded).
+KEPT_WARM_MS = 10 * 365 * 24 * 3600 * 1000
+
+BASE: dict[str, Any] = {
+    "cache.ttl": "recorded",  # "5m", "1h" or "recorded" (each request's recorded TTL)
+    "prefix_resets": True,
+    "warm_start": True,
+    "budget.enabled": True,
+    "budget.max_result_chars": 50_000,
+    "budget.tool_limits": {"Bash": 30_000, "Grep": 20_000, "Read": None},
+    "budget.preview_chars": 2_000,
+    "budget.per_message.enabled": False,
+    "budget.per_message.max_chars": 200_000,
+    "snip.enabled": False,
+    "snip.trigger_fraction": 0.85,
+    "snip.target_fraction": 0.70,
+    "snip.keep_head_groups": 2,
+    "snip.keep_tail_groups": 10,
+    "microcompact.tools": COMPACTABLE_TOOLS,
+    "microcompact.time_based.enabled": False,
+    "microcompact.time_based.gap_minutes": 60,
+    "microcompact.time_based.keep": 5,
+    "microcompact.cached.enabled": False,
+    "microcompact.cached.trigger_count": 12,
+    "microcompact.cached.keep": 5,
+    "collapse.enabled": False,
+    "collapse.commit_fraction": 0.90,
+    "collapse.block_fraction": 0.95,
+    "collapse.span_groups": 10,
+    "collapse.summary_ratio": 0.1,
+    "collapse.keep_tail_groups": 10,
+    "collapse.prompt_tokens": 500,
+    "autocompact.enabled": True,
+    "autocompact.buffer_tokens": 13_000,
+    "autocompact.max_output_tokens": 32_000,
+    "autocompact.reserve_cap_tokens": 20_000,
+    "autocompact.warning_offset_tokens": 20_000,
+    "autocompact.blocking_offset_tokens": 3_000,
+    "autocompact.summary_prompt_tokens": 700,
+    "autocompact.summary_tokens": None,  # None: drawn from the calibration (seeded)
+    "autocompact.analysis_stripped": True,
+    "autocompact.ptl_retries": 3,
+    "autocompact.ptl_drop_fraction": 0.2,
+    "autocompact.breaker_failures": 3,
+    "autocompact.failure_probability": 0.0,
+    "autocompact.restore_files": 5,
+    "autocompact.restore_file_tokens": 5_000,
+    "autocompact.restore_total_tokens": 50_000,
+    "autocompact.restore_extra_tokens": BEYOND_FILE_RULE,
+    "autocompact.skills_tokens": 0,
+    "autocompact.session_memory.enabled": False,
+    "autocompact.session_memory.min_tail_tokens": 10_000,
+    "autocompact.session_memory.min_tail_text_messages": 5,
+    "autocompact.session_memory.max_tail_tokens": 40_000,
+    "autocompact.session_memory.memory_tokens": 4_000,
+}
+
+
+class _State(SessionPolicy):
+    def __init__(self, ctx: SessionContext, p: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.p = p
+        self.conv = Conversation(ctx, prefix_resets=bool(p["prefix_resets"]))
+        self.budget = Budget(p)
+        self.snip = Snip(p)
+        self.micro = Microcompact(p)
+        self.collapse = Collapse(p)
+        self.auto = Autocompact(p)
+        self.limits: Limits = self.auto.limits(ctx.facts.window, ctx.facts.max_output)
+        self.schedule = ctx.history.logical
+        flags = ctx.session.blocks["flags"].tolist()
+        self.stripped = {b for b, f in enumerate(flags) if f & Flag.STRIPPED}
+        self.hidden: list[int] = ctx.session.blocks["hidden_from"].tolist()
+        self.ttl_param = str(p["cache.ttl"])
+        self.last_total: int | None = None  # input of the last request (its usage)
+        self.last_output = 0
+        self.since_last: list[int] = []  # items added since the last request
+        self.call = Call("request", "", [], 0)
+        self.warm_done = not bool(p["warm_start"])
+
+    def _ttl(self, k: int) -> int:
+        if self.ttl_param == "5m":
+            return FIVE_MINUTES
+        if self.ttl_param == "1h":
+            return ONE_HOUR
+        return self.ctx.recorded_ttl[k]
+
+    def _breakpoints(self, view: View, ttl: int, *, fork: bool = False) -> list[Breakpoint]:
+        """System markers, then one message marker on the last item (a fork such as the
+        summary request marks the second-to-last: it reads the prefix, writes no tail)."""
+        last = len(view.ids) - (2 if fork else 1)
+        marks = [Breakpoint(p, ttl) for p in self.conv.marks if p <= last]
+        if last >= 0 and (not marks or marks[-1].position < last):
+            marks.append(Breakpoint(last, ttl))
+        return marks
+
+    def estimate(self, k: int) -> int:
+        """Claude Code's estimate: last usage (input + output) plus length/4 of newer
+        messages (the previous response itself is in the last usage's output)."""
+        conv = self.conv
+        if self.last_total is None:
+            return conv.total()
+        newer = sum(
+            conv.estimate_chars(key) // 4
+            for key in self.since_last
+            if key < 0 or conv.origin[key] != k - 1
+        )
+        return self.last_total + self.last_output + newer
+
+    def _sync_history(self, k: int) -> None:
+        conv = self.conv
+        conv.reset_prefix(k)
+        rewound: set[int] = set()
+        for b in self.schedule.leave[k]:
+            if b in self.stripped and self.hidden[b] == k:
+                if b in conv.items:
+                    conv.edit_out(b)  # still sent, no longer counted: prefix unchanged
+            else:
+                rewound.add(b)
+        conv.remove_blocks(rewound)
+        entering = self.schedule.enter[k]
+        self.budget.on_enter(conv, entering)
+        conv.append(entering)
+        self.since_last.extend(entering)
+
+    def step(self, k: int, out: Emitter) -> None:
+        conv = self.conv
+        self._sync_history(k)
+        ttl = self._ttl(k)
+        if not self.warm_done:
+            view = conv.sync()
+            for position in conv.warm:
+                out.warm(view, position, KEPT_WARM_MS)
+            self.warm_done = True
+        limits = self.limits
+        estimate = self.estimate(k)
+        estimate -= self.snip.run(conv, estimate, limits.effective)
+        prev_end = self.ctx.ts_end[k - 1] if k else None  # last assistant message
+        estimate -= self.micro.run(conv, self.ctx.ts[k], prev_end)
+        flags: dict[str, bool] = {}
+        if self.collapse.enabled:
+            while self.collapse.due(estimate, limits.effective):
+                before = conv.total()
+                self._collapse(out, ttl)
+                after = conv.total()
+                if after >= before:
+                    break
+                estimate -= before - after
+            if self.collapse.blocked(estimate, limits.effective):
+                flags["overflow"] = True
+        elif self.auto.due(estimate, limits):
+            before = conv.sync().copy()
+            if self.auto.session_memory(conv):
+                self._memory_call(out, before, ttl)
+                self.auto.succeeded()
+            else:
+                flags.update(self._compact(out, ttl))
+            estimate = conv.total()
+        view = conv.sync()
+        if view.total > limits.blocking:
+            flags["overflow"] = True
+        call = self.call
+        call.breakpoints = self._breakpoints(view, ttl)
+        call.output_tokens = self.ctx.output[k]
+        call.flags = flags
+        out.call(view, call)
+        self.last_total = view.total
+        self.last_output = self.ctx.output[k]
+        self.since_last = []
+
+    def _compact(self, out: Emitter, ttl: int) -> dict[str, bool]:
+        attempts = self.auto.compact(self.conv, self.ctx.rng, self.limits.window)
+        for a in attempts:
+            if a.view is None:
+                continue  # refused as too long: an API error, not billed
+            output = (
+                compaction_output_tokens(a.output_tokens, analysis_stripped=self.stripped_analysis)
+                if a.ok
+                else 0
+            )
+            stage = "autocompact" if a.ok else "autocompact-failed"
+            out.call(
+                a.view, Call("compaction", stage, self._breakpoints(a.view, ttl, fork=True), output)
+            )
+        if attempts and attempts[-1].ok:
+            extra = int(self.p["autocompact.restore_extra_tokens"])
+            if extra:
+                key = self.conv.add_synthetic(extra, "restored", 0xE7)
+                self.conv.append([key])
+            self.since_last = []
+        return {"breaker_trip": True} if self.auto.record(attempts) else {}
+
+    def _memory_call(self, out: Emitter, before: View, ttl: int) -> None:
+        """Session-memory compaction sends no summary request; the memory it installs was
+        written by a background extraction call, priced here as one fork of the
+        conversation (its output is the memory)."""
+        before.append(
+            -1, chain(self.ctx.root, 0x5E55), int(self.p["autocompact.summary_prompt_tokens"])
+        )
+        memory = int(self.p["autocompact.session_memory.memory_tokens"])
+        out.call(
+            before,
+            Call("compaction", "session-memory", self._breakpoints(before, ttl, fork=True), memory),
+        )
+        self.since_last = []
+
+    @property
+    def stripped_analysis(self) -> bool:
+        return bool(self.p["autocompact.analysis_stripped"])
+
+    def _collapse(self, out: Emitter, ttl: int) -> None:
+        conv = self.conv
+        before = conv.sync().copy()
+        committed = self.collapse.commit_span(conv)
+        if committed is None:
+            return
+        span, summary = committed
+        view = before
+        view.append(-1, chain(conv.ctx.root, 0xC011), int(self.p["collapse.prompt_tokens"]))
+        out.call(
+            view, Call("compaction", "collapse", self._breakpoints(view, ttl, fork=True), summary)
+        )
+        del span
+
+
+class ClaudeCode(Policy):
+    """Claude Code's five-stage context pipeline (parameters: see BASE)."""
+
+    name = "claude-code"
+    version = "2.1.88"
+    defaults: ClassVar[dict[str, Any]] = dict(BASE)
+
+    def session(self, ctx: SessionContext) -> SessionPolicy:
+        return _State(ctx, self.params)
+
+
+@register
+class ClaudeCode2188(ClaudeCode):
+    name = "claude-code@2.1.88"
+    version = "2.1.88"
+
+
+@register
+class ClaudeCode216(ClaudeCode):
+    name = "claude-code@2.1.6"
+    version = "2.1.6"
+    defaults: ClassVar[dict[str, Any]] = {
+        **BASE,
+        "cache.ttl": "5m",
+        "autocompact.reserve_cap_tokens": None,
+    }
+
+
+@register
+class ClaudeCode10(ClaudeCode):
+    """1.0.x (1.0.53 recorded in ../shared/traces): no tool-result budget yet, the whole
+    32,000-token max output reserved (compaction near 155k), summaries kept their
+    <analysis> section, 5-minute TTL."""
+
+    name = "claude-code@1.0"
+    version = "1.0.53"
+    defaults: ClassVar[dict[str, Any]] = {
+        **BASE,
+        "cache.ttl": "5m",
+        "budget.enabled": False,
+        "autocompact.reserve_cap_tokens": None,
+        "autocompact.analysis_stripped": False,
+    }
+
+
+@register
+class ClaudeCodeNewest(ClaudeCode):
+    """`claude-code`: the newest preset."""
+
+    name = "claude-code"
+    version = "2.1.88"
+
+
+def preset_for(client: str) -> str:
+    """The preset matching a recording's client ("claude-code 2.1.29" -> its version's)."""
+    version = client.split()[-1] if client.strip() else ""
+    try:
+        parts = tuple(int(x) for x in version.split("."))
+    except ValueError:
+        return ClaudeCodeNewest.name
+    if parts < (2,):
+        return ClaudeCode10.name
+    if parts <= (2, 1, 9):
+        return ClaudeCode216.name
+    return ClaudeCode2188.name
