@@ -92,37 +92,47 @@ class AnthropicCache(PromptCache):
                 _check_breakpoints(breakpoints)
         chains, cum = view.chains, view.cum
         entries = self.entries
+        lookback = self.lookback
         hit = -1
-        for bp in breakpoints:
-            lo = max(bp.position - self.lookback, hit + 1, 0)
-            for q in range(bp.position, lo - 1, -1):
+        for p, _ in breakpoints:
+            lo = p - lookback
+            if lo <= hit:
+                lo = hit + 1
+            if lo < 0:
+                lo = 0
+            q = p
+            while q >= lo:
                 entry = entries.get(chains[q])
                 if entry is not None:
                     if entry[0] >= now_ms:
                         hit = q
                         break
                     del entries[chains[q]]
-        read = cum[hit] if hit >= 0 else 0
+                q -= 1
         if hit >= 0:
+            read = cum[hit]
             entry = entries[chains[hit]]
             entry[0] = done + entry[1]
+        else:
+            read = 0
         written = read
         w5 = w1 = 0
-        for bp in breakpoints:  # ascending: checked by _check_breakpoints
-            p = bp.position
+        min_tokens = self.min_tokens
+        for p, ttl in breakpoints:  # ascending: checked by _check_breakpoints
             if p <= hit:
                 entry = entries.get(chains[p])
                 if entry is not None and entry[0] >= now_ms:
                     entry[0] = done + entry[1]
                 continue
-            if cum[p] < self.min_tokens or cum[p] <= written:
+            c = cum[p]
+            if c < min_tokens or c <= written:
                 continue
-            entries[chains[p]] = [done + bp.ttl_ms, bp.ttl_ms]
-            if bp.ttl_ms > FIVE_MINUTES:
-                w1 += cum[p] - written
+            entries[chains[p]] = [done + ttl, ttl]
+            if ttl > FIVE_MINUTES:
+                w1 += c - written
             else:
-                w5 += cum[p] - written
-            written = cum[p]
+                w5 += c - written
+            written = c
         total = view.total
         return Usage(total - read - w5 - w1, read, w5, w1)
 

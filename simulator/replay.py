@@ -220,17 +220,23 @@ def replay(
     columns: list[tuple[Any, ...]] = (
         list(zip(*rows, strict=True)) if rows else [() for _ in ROW_SCHEMA]
     )
-    frame = pl.DataFrame(
-        {
-            name: pl.Series(name, col, dtype)
-            for (name, dtype), col in zip(ROW_SCHEMA.items(), columns, strict=True)
-        }
-    )
+    data: dict[str, Any] = {
+        name: pl.Series(name, col, dtype)
+        for (name, dtype), col in zip(ROW_SCHEMA.items(), columns, strict=True)
+    }
     spec = policy.spec()
-    frame = frame.with_columns(
-        pl.lit(spec.name).alias("policy"), pl.lit(spec.param_hash).alias("params_hash")
+    n = len(rows)
+    data["policy"] = pl.Series("policy", [spec.name] * n, pl.String)
+    data["params_hash"] = pl.Series("params_hash", [spec.param_hash] * n, pl.String)
+    names = list(ROW_SCHEMA)
+    counts = {
+        c: np.fromiter(columns[names.index(c)], dtype=np.int64, count=n)
+        for c in ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output")
+    }
+    data.update(
+        _cost_series(list(columns[names.index("model")]), counts, prices or default_prices())
     )
-    return add_costs(frame, prices or default_prices())
+    return pl.DataFrame(data)
 
 
 @functools.cache
@@ -240,40 +246,53 @@ def default_prices() -> PriceBook:
 
 
 def add_costs(frame: pl.DataFrame, prices: PriceBook) -> pl.DataFrame:
-    """Dollar columns for every row (null where the model has no known price)."""
-    if frame.is_empty():
-        return frame.with_columns(pl.lit(None, pl.Float64).alias(c) for c in COST_COLUMNS)
-    models = frame["model"].unique(maintain_order=True).to_list()
-    priced = []
-    for m in models:
+    """Dollar columns for every row of a frame with the token columns and `model`."""
+    counts = {
+        c: frame[c].to_numpy().astype(np.int64)
+        for c in ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output")
+    }
+    series = _cost_series(frame["model"].to_list(), counts, prices)
+    return frame.with_columns(list(series.values()))
+
+
+def _cost_series(
+    models: list[str], counts: dict[str, Any], prices: PriceBook
+) -> dict[str, pl.Series]:
+    """Per-row dollars per component (null where the model has no known price)."""
+    n = len(models)
+    priced: list[str] = []
+    for m in dict.fromkeys(models):
         try:
             prices.rates(m)
-            priced.append(m)
         except (UnknownModelError, UnsupportedPricingError):
             continue
+        priced.append(m)
+    if not priced:
+        return {c: pl.Series(c, [None] * n, pl.Float64) for c in COST_COLUMNS}
     index = {m: i for i, m in enumerate(priced)}
-    known = frame["model"].is_in(priced).to_numpy()
-    model_index = np.array([index.get(m, 0) for m in frame["model"].to_list()], dtype=np.int64)
+    model_index = np.fromiter((index.get(m, -1) for m in models), dtype=np.int64, count=n)
+    known = model_index >= 0
+    safe_index = np.where(known, model_index, 0)
 
     def col(name: str) -> Any:
-        return np.where(known, frame[name].to_numpy(), 0)
+        return np.where(known, counts[name], 0)
 
-    costs = (
-        prices.price_columns(
-            priced,
-            model_index,
-            col("uncached_input"),
-            col("cache_read"),
-            col("cache_write_5m"),
-            col("cache_write_1h"),
-            col("output"),
-        )
-        if priced
-        else {}
+    costs = prices.price_columns(
+        priced,
+        safe_index,
+        col("uncached_input"),
+        col("cache_read"),
+        col("cache_write_5m"),
+        col("cache_write_1h"),
+        col("output"),
     )
     parts = ["uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output"]
-    columns = []
+    out = {}
+    all_known = bool(known.all())
     for part, name in zip([*parts, "total"], COST_COLUMNS, strict=True):
-        values = costs.get(part, np.zeros(len(frame)))
-        columns.append(pl.Series(name, np.where(known, values, np.nan)).fill_nan(None))
-    return frame.with_columns(columns)
+        values = costs[part]
+        if all_known:
+            out[name] = pl.Series(name, values, pl.Float64)
+        else:
+            out[name] = pl.Series(name, np.where(known, values, np.nan)).fill_nan(None)
+    return out

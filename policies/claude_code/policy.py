@@ -123,6 +123,8 @@ class _State(SessionPolicy):
         self.since_last: list[int] = []  # items added since the last request
         self.call = Call("request", "", [], 0)
         self.warm_done = not bool(p["warm_start"])
+        #: The user's own /compact commands are recorded actions: replayed as they were.
+        self.manual = {e.request for e in ctx.session.events if e.trigger == "manual"}
 
     def _ttl(self, k: int) -> int:
         if self.ttl_param == "5m":
@@ -194,6 +196,9 @@ class _State(SessionPolicy):
                 estimate -= before - after
             if self.collapse.blocked(estimate, limits.effective):
                 flags["overflow"] = True
+        elif k in self.manual and self.conv.items:
+            flags.update(self._compact(out, ttl, stage="manual"))
+            estimate = conv.total()
         elif self.auto.due(estimate, limits):
             before = conv.sync().copy()
             if self.auto.session_memory(conv):
@@ -214,7 +219,7 @@ class _State(SessionPolicy):
         self.last_output = self.ctx.output[k]
         self.since_last = []
 
-    def _compact(self, out: Emitter, ttl: int) -> dict[str, bool]:
+    def _compact(self, out: Emitter, ttl: int, stage: str = "autocompact") -> dict[str, bool]:
         attempts = self.auto.compact(self.conv, self.ctx.rng, self.limits.window)
         for a in attempts:
             if a.view is None:
@@ -224,10 +229,9 @@ class _State(SessionPolicy):
                 if a.ok
                 else 0
             )
-            stage = "autocompact" if a.ok else "autocompact-failed"
-            out.call(
-                a.view, Call("compaction", stage, self._breakpoints(a.view, ttl, fork=True), output)
-            )
+            name = stage if a.ok else f"{stage}-failed"
+            marks = self._breakpoints(a.view, ttl, fork=True)
+            out.call(a.view, Call("compaction", name, marks, output))
         if attempts and attempts[-1].ok:
             extra = int(self.p["autocompact.restore_extra_tokens"])
             if extra:
