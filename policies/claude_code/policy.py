@@ -188,21 +188,21 @@ class _State(SessionPolicy):
         flags: dict[str, bool] = {}
         if self.collapse.enabled:
             while self.collapse.due(estimate, limits.effective):
-                before = conv.total()
+                size = conv.total()
                 self._collapse(out, ttl)
-                after = conv.total()
-                if after >= before:
+                freed = size - conv.total()
+                if freed <= 0:
                     break
-                estimate -= before - after
+                estimate -= freed
             if self.collapse.blocked(estimate, limits.effective):
                 flags["overflow"] = True
         elif k in self.manual and self.conv.items:
             flags.update(self._compact(out, ttl, stage="manual"))
             estimate = conv.total()
         elif self.auto.due(estimate, limits):
-            before = conv.sync().copy()
+            snapshot = conv.sync().copy()
             if self.auto.session_memory(conv):
-                self._memory_call(out, before, ttl)
+                self._memory_call(out, snapshot, ttl)
                 self.auto.succeeded()
             else:
                 flags.update(self._compact(out, ttl))
