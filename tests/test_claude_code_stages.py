@@ -29,8 +29,8 @@ import polars as pl
 import pytest
 
 from policies.claude_code.autocompact import Attempt, Autocompact
-from policies.claude_code.conversation import CLEARED_TOKENS
 from policies.claude_code.policy import BASE, COMPACTABLE_TOOLS, preset_for
+from policies.conversation import CLEARED_TOKENS
 from simulator import policy
 from simulator.cli import parse_param
 from simulator.model import Flag, Kind, Role, Trace

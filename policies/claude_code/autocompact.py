@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.calibration.summary import summary_tokens
-from policies.claude_code.conversation import Conversation
+from policies.conversation import Conversation
 from simulator.model import Kind
 from simulator.view import View, chain
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.claude_code.conversation import Conversation
+from policies.conversation import Conversation
 from simulator.view import chain
 
 #: Tokens of the wrapper around a preview (tags and the saved file's name).

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.claude_code.conversation import CLEARED_TOKENS, Conversation
+from policies.conversation import CLEARED_TOKENS, Conversation
 from simulator.view import chain
 
 CLEARED_SALT = 0xC1EA

@@ -14,7 +14,7 @@ what a Claude Code version did:
 * `claude-code`: the newest preset.
 
 The agent's actions are replayed unchanged (open loop); the policy decides only what each
-request sends: the conversation it keeps (policies/claude_code/conversation.py), rewritten
+request sends: the conversation it keeps (policies/conversation.py), rewritten
 by the stages, under the recorded system prefix.
 """
 
@@ -26,9 +26,9 @@ from policies.calibration.summary import BEYOND_FILE_RULE, compaction_output_tok
 from policies.claude_code.autocompact import Autocompact, Limits
 from policies.claude_code.budget import Budget
 from policies.claude_code.collapse import Collapse
-from policies.claude_code.conversation import Conversation
 from policies.claude_code.microcompact import Microcompact
 from policies.claude_code.snip import Snip
+from policies.conversation import Conversation
 from simulator.model import Flag
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View, chain

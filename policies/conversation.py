@@ -138,6 +138,16 @@ class Conversation:
         if self._dirty is None:
             self.view.edit_out(self.n_prefix + self.items.index(block))
 
+    def replace_range(self, lo: int, hi: int, keys: list[int]) -> None:
+        """Items lo..hi become `keys` (a summary of them, or nothing)."""
+        self.items[lo:hi] = keys
+        self.epoch += 1
+        self.touch(lo)
+
+    def mask(self, block: int, tokens: int, salt: int) -> None:
+        """Show a block as a placeholder of `tokens` tokens (its content masked)."""
+        self.set_override(block, chain(self.hashes[block], salt), tokens)
+
     def replace_all(self, keys: list[int]) -> None:
         """A compaction: the conversation becomes `keys` (after the prefix)."""
         self.items = list(keys)

@@ -1,0 +1,188 @@
+"""What every conversation-keeping policy shares, so a peer harness's policy is only its rule.
+
+A `ConversationSession` keeps the policy's conversation (policies/conversation.py) in step
+with the session's history, warms the shared system prefix as the recording found it,
+marks the cache the way its harness does, sends one request per recorded request, and
+records an overflow when the view no longer fits the model's window. A policy overrides
+`transform` (what it does to the conversation before request k) and calls
+`summary_call` for the LLM requests it makes itself (summaries, condensations).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+from policies.conversation import Conversation
+from simulator.model import Flag
+from simulator.policy import Call, Emitter, SessionContext, SessionPolicy
+from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View, chain
+
+#: A shared prefix warmed by other sessions is taken to stay warm (see as-recorded).
+KEPT_WARM_MS = 10 * 365 * 24 * 3600 * 1000
+
+
+def ttl_ms(setting: str, recorded: int) -> int:
+    """ "5m", "1h", or "recorded" (the TTL the recorded request wrote with)."""
+    if setting == "5m":
+        return FIVE_MINUTES
+    if setting == "1h":
+        return ONE_HOUR
+    if setting == "recorded":
+        return recorded
+    raise ValueError(f"cache.ttl must be 5m, 1h or recorded, not {setting!r}")
+
+
+class ConversationSession(SessionPolicy):
+    """Shared mechanics; subclasses implement `transform`.
+
+    `message_marks` is how many of the last items carry a cache marker (Claude Code: 1,
+    SWE-agent: 2); `cache` False sends every request uncached (a harness that does not use
+    prompt caching).
+    """
+
+    def __init__(
+        self,
+        ctx: SessionContext,
+        params: dict[str, Any],
+        *,
+        message_marks: int = 1,
+        cache: bool = True,
+    ) -> None:
+        self.ctx = ctx
+        self.p = params
+        self.conv = Conversation(ctx, prefix_resets=bool(params.get("prefix_resets", True)))
+        self.schedule = ctx.history.logical
+        flags = ctx.session.blocks["flags"].tolist()
+        self.stripped = {b for b, f in enumerate(flags) if f & int(Flag.STRIPPED)}
+        self.hidden: list[int] = ctx.session.blocks["hidden_from"].tolist()
+        self.ttl_setting = str(params.get("cache.ttl", "recorded"))
+        self.message_marks = message_marks
+        self.cache = cache
+        self.window = ctx.facts.window
+        self.last_total: int | None = None
+        self.last_output = 0
+        self.since_last: list[int] = []
+        self.call = Call("request", "", [], 0)
+        self.warm_done = not bool(params.get("warm_start", True))
+
+    # -- the request ------------------------------------------------------------------
+
+    def ttl(self, k: int) -> int:
+        return ttl_ms(self.ttl_setting, self.ctx.recorded_ttl[k])
+
+    def breakpoints(self, view: View, ttl: int, *, fork: bool = False) -> list[Breakpoint]:
+        """The system markers, then markers on the last `message_marks` items (a fork,
+        such as a summary request, marks the item before its own prompt)."""
+        last = len(view.ids) - (2 if fork else 1)
+        marks = [Breakpoint(p, ttl) for p in self.conv.marks if p <= last]
+        first_message = self.conv.n_prefix
+        wanted = [last - i for i in range(self.message_marks) if last - i >= first_message]
+        for p in sorted(wanted):
+            if not marks or marks[-1].position < p:
+                marks.append(Breakpoint(p, ttl))
+        return marks[-4:]
+
+    def sync(self, k: int) -> list[int]:
+        """Bring the conversation up to request k; returns the blocks that entered."""
+        conv = self.conv
+        conv.reset_prefix(k)
+        rewound: set[int] = set()
+        for b in self.schedule.leave[k]:
+            if b in self.stripped and self.hidden[b] == k:
+                if b in conv.items:
+                    conv.edit_out(b)  # still sent, no longer counted: prefix unchanged
+            else:
+                rewound.add(b)
+        conv.remove_blocks(rewound)
+        entering: list[int] = self.schedule.enter[k]
+        self.on_enter(entering)
+        conv.append(entering)
+        self.since_last.extend(entering)
+        return entering
+
+    def on_enter(self, blocks: list[int]) -> None:
+        """Hook: decide about blocks before they join the conversation (default: none)."""
+
+    def transform(self, k: int, out: Emitter) -> None:
+        """Hook: the policy's rule, applied before request k is sent (default: none)."""
+
+    def estimate(self, k: int) -> int:
+        """The harness-side token estimate most agents use: the last request's usage
+        (input + output) plus length/4 of what was added since (the previous response is
+        in that output already)."""
+        conv = self.conv
+        if self.last_total is None:
+            return conv.total()
+        newer = sum(
+            conv.estimate_chars(key) // 4
+            for key in self.since_last
+            if key < 0 or conv.origin[key] != k - 1
+        )
+        return self.last_total + self.last_output + newer
+
+    def step(self, k: int, out: Emitter) -> None:
+        self.sync(k)
+        if not self.warm_done:
+            view = self.conv.sync()
+            for position in self.conv.warm:
+                out.warm(view, position, KEPT_WARM_MS)
+            self.warm_done = True
+        self.transform(k, out)
+        view = self.conv.sync()
+        call = self.call
+        call.breakpoints = self.breakpoints(view, self.ttl(k)) if self.cache else []
+        call.output_tokens = self.ctx.output[k]
+        call.flags = {"overflow": True} if view.total > self.window else {}
+        call.cached = self.cache
+        out.call(view, call)
+        self.last_total = view.total
+        self.last_output = self.ctx.output[k]
+        self.since_last = []
+
+    # -- the policy's own LLM calls ---------------------------------------------------
+
+    def summary_call(
+        self,
+        out: Emitter,
+        k: int,
+        items: Iterable[int],
+        output_tokens: int,
+        *,
+        stage: str,
+        prompt_tokens: int = 500,
+        with_prefix: bool = True,
+        cached: bool = True,
+    ) -> View:
+        """Send an LLM request over `items` (plus the policy's prompt) and price it.
+
+        `with_prefix` False sends neither tools nor system prompt (opencode's compaction):
+        a different prefix, so a full cache miss. `cached` False marks nothing (OpenHands'
+        condenser does not use the prompt cache).
+        """
+        conv = self.conv
+        if with_prefix:
+            view = conv.sync().copy()
+            view.truncate(conv.n_prefix)
+        else:
+            view = View(chain(self.ctx.root, 0xA11E))
+        view.extend((key if key >= 0 else -1, *conv.sent(key)) for key in items)
+        view.append(-1, chain(self.ctx.root, zlib.crc32(stage.encode())), prompt_tokens)
+        marks = self.breakpoints(view, self.ttl(k), fork=True) if cached and with_prefix else []
+        if cached and not with_prefix and len(view.ids) > 1:
+            marks = [Breakpoint(len(view.ids) - 2, self.ttl(k))]
+        out.call(view, Call("compaction", stage, marks, output_tokens, cached=cached))
+        return view
+
+    def tokens(self, keys: Iterable[int]) -> int:
+        conv = self.conv
+        return sum(conv.sent(key)[1] for key in keys)
+
+    def user_turn_starts(self) -> list[int]:
+        """Indexes of items that start a human turn (a user text block, not a tool
+        result): the turn boundaries most harnesses count and cut at."""
+        conv = self.conv
+        return [
+            i for i, key in enumerate(conv.items) if key >= 0 and conv.flags[key] & int(Flag.HUMAN)
+        ]

@@ -1,0 +1,70 @@
+"""Observation masking, as SWE-agent does it and as "The Complexity Trap" studies it.
+
+SWE-agent (its `last_n_observations` history processor): keep the last n observations (tool
+results) verbatim; older ones become a one-line placeholder ("Old environment output: (N
+lines omitted)"); the first observation (the task's setup) is kept. It marks the last 2
+messages with cache_control. Paper runs of SWE-agent use n = 5; Lindenbauer et al., "The
+Complexity Trap" (2025) compare masking with M = 10 against LLM summarisation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from policies.base import ConversationSession
+from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
+
+#: Tokens of the placeholder an old observation becomes.
+PLACEHOLDER_TOKENS = 12
+MASK_SALT = 0x3A5C
+
+
+class MaskingSession(ConversationSession):
+    def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
+        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
+        self.keep = int(params["keep_observations"])
+        self.keep_first = bool(params["keep_first_observation"])
+        self.placeholder = int(params["placeholder_tokens"])
+        self.masked: set[int] = set()
+
+    def transform(self, k: int, out: Emitter) -> None:
+        conv = self.conv
+        observations = [key for key in conv.items if conv.is_tool_result(key)]
+        if self.keep_first and observations:
+            observations = observations[1:]
+        old = observations[: max(0, len(observations) - self.keep)]
+        for key in old:
+            if key not in self.masked:
+                conv.mask(key, min(self.placeholder, conv.tokens[key]), MASK_SALT)
+                self.masked.add(key)
+
+
+class Masking(Policy):
+    defaults: ClassVar[dict[str, Any]] = {
+        "keep_observations": 10,
+        "keep_first_observation": True,
+        "placeholder_tokens": PLACEHOLDER_TOKENS,
+        "cache.message_marks": 2,
+        "cache.ttl": "recorded",
+        "prefix_resets": True,
+    }
+
+    def session(self, ctx: SessionContext) -> SessionPolicy:
+        return MaskingSession(ctx, self.params)
+
+
+@register
+class SweAgent(Masking):
+    """SWE-agent's paper runs: the last 5 observations kept."""
+
+    name = "swe-agent"
+    version = "1"
+    defaults: ClassVar[dict[str, Any]] = {**Masking.defaults, "keep_observations": 5}
+
+
+@register
+class ComplexityTrapMasking(Masking):
+    """ "The Complexity Trap", masking arm: M = 10."""
+
+    name = "masking"
+    version = "1"

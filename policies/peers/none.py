@@ -1,0 +1,20 @@
+"""`none`: no context management at all. The conversation grows until it no longer fits;
+every request past the model's window is recorded as an overflow (replay goes on: the
+recorded agent kept working)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from policies.base import ConversationSession
+from simulator.policy import Policy, SessionContext, SessionPolicy, register
+
+
+@register
+class NoPolicy(Policy):
+    name = "none"
+    version = "1"
+    defaults: ClassVar[dict[str, Any]] = {"cache.ttl": "recorded", "prefix_resets": True}
+
+    def session(self, ctx: SessionContext) -> SessionPolicy:
+        return ConversationSession(ctx, self.params)
