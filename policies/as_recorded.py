@@ -85,6 +85,7 @@ class _State(SessionPolicy):
         call = self.call
         call.breakpoints = [*prefix_marks, Breakpoint(len(view.ids) - 1, ttl)]
         call.output_tokens = self.ctx.output[k]
+        call.flags = {"overflow": True} if view.total > self.ctx.facts.window else {}
         out.call(view, call)
 
 

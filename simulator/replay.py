@@ -16,6 +16,7 @@ import functools
 import gc
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,7 @@ class _SessionEngine(Emitter):
         self.index = index
         self.session = session
         self.cache_option = cache
+        self.observe: Observer | None = None
         #: One cache per model: a provider never serves one model's cache to another.
         self.caches: dict[int, PromptCache] = {}
         #: Prefixes cached before the session began, seeded into each model's cache.
@@ -142,6 +144,8 @@ class _SessionEngine(Emitter):
         else:
             usage = Usage(view.total, 0, 0, 0)
         flags = call.flags
+        if self.observe is not None:
+            self.observe(self.index, k, view, call, usage)
         self.rows.append(
             (
                 self.trace,
@@ -163,6 +167,11 @@ class _SessionEngine(Emitter):
         self.seq += 1
 
 
+#: Sees every call as it is priced: (session index, request, the view sent, the call, its
+#: usage). For tests and metrics that need the views themselves (rows hold only numbers).
+Observer = Callable[[int, int, View, Call, Usage], None]
+
+
 def replay_session(
     trace_name: str,
     index: int,
@@ -170,6 +179,7 @@ def replay_session(
     policy: Policy,
     options: ReplayOptions,
     rows: list[Any],
+    observe: Observer | None = None,
 ) -> None:
     """Replay one session, appending its rows."""
     n = session.n_requests
@@ -191,6 +201,7 @@ def replay_session(
     )
     state = policy.session(ctx)
     engine = _SessionEngine(trace_name, index, session, options.cache, rows)
+    engine.observe = observe
     for k in range(n):
         engine.k = k
         engine.seq = 0
@@ -202,6 +213,7 @@ def replay(
     policy: Policy,
     options: ReplayOptions | None = None,
     prices: PriceBook | None = None,
+    observe: Observer | None = None,
 ) -> pl.DataFrame:
     """Every session of every trace under `policy`: one row per call, priced."""
     opts = options or ReplayOptions()
@@ -213,7 +225,7 @@ def replay(
     try:
         for name, trace in traces:
             for i, session in enumerate(trace.sessions):
-                replay_session(name, i, session, policy, opts, rows)
+                replay_session(name, i, session, policy, opts, rows, observe)
     finally:
         if collecting:
             gc.enable()
