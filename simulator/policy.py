@@ -44,9 +44,19 @@ class PolicySpec:
     name: str
     version: str
     params: tuple[tuple[str, Any], ...]
+    #: The name a variant file gave this configuration ("" for the policy itself).
+    variant: str = ""
+
+    @property
+    def label(self) -> str:
+        """What rows call it: the variant's name, else the policy's."""
+        return self.variant or self.name
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "params": dict(self.params)}
+        out = {"name": self.name, "version": self.version, "params": dict(self.params)}
+        if self.variant:
+            out["variant"] = self.variant
+        return out
 
     @property
     def param_hash(self) -> str:
@@ -124,9 +134,12 @@ class Policy(ABC):
             hint = _did_you_mean(unknown[0], list(self.defaults))
             raise PolicyError(f"policy {self.name!r} has no parameter {unknown[0]!r}{hint}")
         self.params = {**self.defaults, **params}
+        self.variant = ""
 
     def spec(self) -> PolicySpec:
-        return PolicySpec(self.name, self.version, tuple(sorted(self.params.items())))
+        return PolicySpec(
+            self.name, self.version, tuple(sorted(self.params.items())), self.variant
+        )
 
     @abstractmethod
     def session(self, ctx: SessionContext) -> SessionPolicy:
@@ -156,6 +169,12 @@ def _load_entry_points() -> None:
         ep.load()
 
 
+def is_registered(cls: type[Policy]) -> bool:
+    """Whether `cls` itself (not a subclass or a base sharing its name) is registered."""
+    _load_entry_points()
+    return _REGISTRY.get(getattr(cls, "name", "")) is cls
+
+
 def names() -> list[str]:
     _load_entry_points()
     return sorted(_REGISTRY)
@@ -175,7 +194,9 @@ def build(name: str, params: dict[str, Any] | None = None) -> Policy:
 
 
 def from_spec(spec: PolicySpec) -> Policy:
-    return build(spec.name, dict(spec.params))
+    built = build(spec.name, dict(spec.params))
+    built.variant = spec.variant
+    return built
 
 
 def _did_you_mean(word: str, choices: list[str]) -> str:

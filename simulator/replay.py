@@ -238,7 +238,7 @@ def replay(
     }
     spec = policy.spec()
     n = len(rows)
-    data["policy"] = pl.Series("policy", [spec.name] * n, pl.String)
+    data["policy"] = pl.Series("policy", [spec.label] * n, pl.String)
     data["params_hash"] = pl.Series("params_hash", [spec.param_hash] * n, pl.String)
     names = list(ROW_SCHEMA)
     counts = {
