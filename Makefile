@@ -18,7 +18,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/ctxsim traces import traces/samples --out out/demo/compiled
 	$(BIN)/ctxsim traces stats traces/samples --parquet out/demo/stats.parquet
-	$(BIN)/ctxsim run traces/samples --policy as-recorded --out out/demo/run
+	$(BIN)/ctxsim run traces/samples --out out/demo/run
 
 test: $(STAMP)
 	$(BIN)/pytest

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -59,6 +60,36 @@ def _loaded(
         _fail(str(exc))
 
 
+T = TypeVar("T")
+
+#: Work shorter than this shows no progress bar (a bar that flashes by is noise).
+PROGRESS_AFTER_S = 0.5
+
+
+def _progress(items: Sequence[T], label: str) -> Iterator[T]:
+    """Yield `items`; once the work has taken more than a moment, show a bar on a terminal.
+
+    The bar goes to stderr and only to a terminal, so piped output and CI logs stay clean.
+    """
+    if len(items) < 2 or not sys.stderr.isatty():
+        yield from items
+        return
+    start = time.monotonic()
+    bar: Any = None
+    try:
+        for done, item in enumerate(items):
+            if bar is None and time.monotonic() - start > PROGRESS_AFTER_S:
+                bar = click.progressbar(length=len(items), label=label, file=sys.stderr)
+                bar.__enter__()
+                bar.update(done)
+            yield item
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+
 def _note_others(others: list[str]) -> None:
     if others:
         click.echo(
@@ -103,6 +134,13 @@ _lenient = click.option(
 _no_cache = click.option("--no-cache", is_flag=True, help="Always compile; ignore the cache.")
 _jobs = click.option(
     "--jobs", "-j", type=click.IntRange(0), default=0, help="Traces compiled at once (0: auto)."
+)
+_session_charts = click.option(
+    "--session-charts",
+    type=click.IntRange(0),
+    default=12,
+    show_default=True,
+    help="Sessions that get a context chart (the most eventful first, then the longest).",
 )
 
 
@@ -190,7 +228,7 @@ def stats(
 # -- run and fidelity ---------------------------------------------------------------------
 
 CACHE_CHOICES = ("auto", "anthropic", "openai", "google")
-DEFAULT_POLICY = "as-recorded"
+DEFAULT_POLICY = "claude-code"
 
 #: (policy name or None for every selected policy, parameter, value) from one -P option.
 Param = tuple[str | None, str, Any]
@@ -315,6 +353,8 @@ def _named_traces(
 @click.option(
     "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory."
 )
+@click.option("--no-report", is_flag=True, help="Write only the Parquet files and the manifest.")
+@_session_charts
 @_lenient
 @_no_cache
 @_jobs
@@ -325,18 +365,25 @@ def run(
     cache: str,
     seed: int,
     out: Path,
+    no_report: bool,
+    session_charts: int,
     lenient: bool,
     no_cache: bool,
     jobs: int,
 ) -> None:
-    """Replay traces under policies; write requests.parquet, sessions.parquet, manifest.json.
+    """Replay traces under policies; write requests.parquet, sessions.parquet, manifest.json,
+    then charts/ and report.html drawn from them, and print a summary per policy.
 
-    Every output is computed before the first is written, and each is written atomically;
+    The Parquet files and the manifest are all computed before the first is written, each
+    is written atomically, and the charts and report are then drawn from the written files;
     the same inputs give byte-identical files.
     """
+    import polars as pl
+
+    from reports.loss import replay_with_loss
     from simulator.outputs import build_run, render_summary
     from simulator.pricing import PriceBook
-    from simulator.replay import ReplayOptions, replay
+    from simulator.replay import ReplayOptions
 
     parsed: list[Param] = []
     for text in params:
@@ -348,7 +395,13 @@ def run(
     named = _named_traces(src, lenient, no_cache, jobs)
     prices = PriceBook()
     options = ReplayOptions(cache=cache, seed=seed)
-    frames = [replay(named, p, options, prices) for p in policies]
+    # One unit of work per policy and trace, so a long run shows its progress; the rows get
+    # the loss proxies (reports/loss.py) from the views the engine prices.
+    units = [(i, item) for i in range(len(policies)) for item in named]
+    parts: list[list[pl.DataFrame]] = [[] for _ in policies]
+    for i, item in _progress(units, "replaying"):
+        parts[i].append(replay_with_loss([item], policies[i], options, prices))
+    frames = [pl.concat(p, how="vertical") for p in parts]
     outputs = build_run(
         frames,
         [p.spec() for p in policies],
@@ -360,11 +413,110 @@ def run(
     )
     for name, data in outputs.files.items():
         atomic_write_bytes(out / name, data)
+    written = list(outputs.files)
+    if not no_report and outputs.requests.height:  # nothing to draw without a request
+        written.append(_write_report(out, session_charts))
     click.echo(render_summary(outputs), nl=False)
     click.echo(
-        f"wrote {', '.join(outputs.files)} to {out} "
+        f"wrote {', '.join(written)} to {out} "
         f"({outputs.requests.height:,} request rows, {outputs.sessions.height:,} session rows)"
     )
+
+
+def _write_report(run_dir: Path, session_charts: int) -> str:
+    """Draw the charts and report.html from the run's files; returns what was written."""
+    from reports.html import REPORT_FILE, ReportError, build_report, stale_charts
+
+    def bar(keys: list[tuple[str, int]]) -> Iterator[tuple[str, int]]:
+        return _progress(keys, "drawing charts")
+
+    try:
+        files = build_report(run_dir, session_limit=session_charts, progress=bar)
+    except ReportError as exc:
+        _fail(str(exc))
+    for path in stale_charts(run_dir, files):
+        path.unlink()
+    for name, data in sorted(files.items()):
+        atomic_write_bytes(run_dir / name, data)
+    charts = len(files) - 1
+    return f"{REPORT_FILE} and {charts} chart(s)"
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@_session_charts
+def report(run_dir: Path, session_charts: int) -> None:
+    """Write charts/ and a self-contained report.html for the run in RUN_DIR.
+
+    Drawn only from the run's requests.parquet, sessions.parquet and manifest.json.
+    """
+    written = _write_report(run_dir, session_charts)
+    click.echo(f"wrote {written} to {run_dir}")
+
+
+def _compare_options(func: Any) -> Any:
+    """One --max-... option per compared figure (reports/compare.py METRICS)."""
+    from reports.compare import METRICS
+
+    for metric in reversed(METRICS):
+        verb = "rises" if metric.worse > 0 else "falls"
+        forms = {
+            "usd": "in USD ($0.10) or relative to the baseline (2%)",
+            "share": "in percentage points (0.5pp), as a fraction (0.005) or relative (2%)",
+            "count": "as a count (0) or relative to the baseline (10%)",
+            "tokens": "in tokens (0) or relative to the baseline (10%)",
+        }
+        func = click.option(
+            f"--max-{metric.option}",
+            metric.param,
+            metavar="LIMIT",
+            help=f"Exit 1 when {metric.label} {verb} by more than LIMIT: {forms[metric.unit]}.",
+        )(func)
+    return func
+
+
+@main.command()
+@click.argument("baseline", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("candidate", type=click.Path(file_okay=False, path_type=Path))
+@_compare_options
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write compare.md and compare.png (the two runs side by side) here.",
+)
+def compare(baseline: Path, candidate: Path, out: Path | None, **limits: str | None) -> None:
+    """Compare two run directories; print a markdown table (a CI job summary).
+
+    Exit status: 0 when every stated limit holds, 1 when one is crossed, 2 when the runs
+    cannot be compared (missing files, different traces, nothing to pair).
+    """
+    from reports import compare as cmp
+    from reports.html import ReportError
+
+    parsed: dict[str, cmp.Limit] = {}
+    for metric in cmp.METRICS:
+        text = limits.get(metric.param)
+        if text is None:
+            continue
+        try:
+            parsed[metric.key] = cmp.parse_limit(text, metric)
+        except ValueError as exc:
+            _fail(f"--max-{metric.option}: {exc}")
+    try:
+        base = cmp.load(baseline, "baseline")
+        cand = cmp.load(candidate, "candidate")
+        result = cmp.compare(base, cand, parsed)
+    except ReportError as exc:
+        _fail(str(exc))
+    text = cmp.render_markdown(result)
+    if out is not None:
+        from reports.charts import compare_chart
+
+        atomic_write_bytes(out / "compare.md", text.encode("utf-8"))
+        chart = compare_chart(base.requests, cand.requests, result.pairs)
+        atomic_write_bytes(out / "compare.png", chart)
+    click.echo(text, nl=False)
+    sys.exit(result.exit_code)
 
 
 @main.command()

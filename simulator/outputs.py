@@ -38,6 +38,26 @@ REQUEST_ORDER = ("trace", "session_index", "request", "call", "policy", "params_
 SESSION_KEYS = ("trace", "session_index", "session", "policy", "params_hash")
 TOKEN_COLUMNS = ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output")
 
+#: Loss proxies of a request row: what the view no longer holds (reports/METRICS.md). The
+#: replay engine does not emit them yet; reports/loss.py adds them to each policy's frame
+#: by observing the same views. A frame without them gives null loss summaries.
+LOSS_SCHEMA: dict[str, Any] = {
+    "human_tokens": pl.Int64,
+    "human_verbatim_tokens": pl.Int64,
+    "summary_tokens": pl.Int64,
+    "stale_file_refs": pl.Int64,
+    "after_compaction": pl.Boolean,
+    "resent_tokens": pl.Int64,
+}
+#: The loss figures of a session or run summary, each derived from the columns above.
+LOSS_SUMMARY = (
+    "human_verbatim_share",
+    "summary_share",
+    "stale_file_refs",
+    "post_compaction_requests",
+    "resent_tokens",
+)
+
 #: Parquet writer settings, all spelled out so a library default cannot change the bytes.
 PARQUET_COMPRESSION_LEVEL = 3
 PARQUET_ROW_GROUP_SIZE = 1 << 20
@@ -92,6 +112,38 @@ def _sum_or_null(column: str) -> pl.Expr:
     return pl.when(col.null_count() == 0).then(col.sum()).otherwise(None).alias(column)
 
 
+def has_loss(frame: pl.DataFrame) -> bool:
+    """Whether the request rows carry the loss proxies."""
+    return all(c in frame.columns for c in LOSS_SCHEMA)
+
+
+def _share(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
+    """A ratio that is null, not NaN or infinite, when there is nothing to divide by."""
+    return pl.when(denominator > 0).then(numerator / denominator).otherwise(None)
+
+
+def _loss_aggs(present: bool) -> list[pl.Expr]:
+    """Loss figures over a group's rows of kind `request` (the views the model answers from);
+    all null when the rows carry no loss proxies, so the schema is the same either way."""
+    if not present:
+        return [
+            *(pl.lit(None, pl.Float64).alias(c) for c in LOSS_SUMMARY[:2]),
+            *(pl.lit(None, pl.Int64).alias(c) for c in LOSS_SUMMARY[2:]),
+        ]
+    req = pl.col("kind") == "request"
+
+    def total(column: str) -> pl.Expr:
+        return pl.col(column).filter(req).sum().cast(pl.Int64)
+
+    return [
+        _share(total("human_verbatim_tokens"), total("human_tokens")).alias("human_verbatim_share"),
+        _share(total("summary_tokens"), total("context_tokens")).alias("summary_share"),
+        total("stale_file_refs").alias("stale_file_refs"),
+        total("after_compaction").alias("post_compaction_requests"),
+        total("resent_tokens").alias("resent_tokens"),
+    ]
+
+
 def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per trace x session x policy spec, aggregated from the request rows."""
     frame = requests.group_by(list(SESSION_KEYS)).agg(
@@ -107,13 +159,10 @@ def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
         ((pl.col("ts_ms").max() - pl.col("ts_ms").min()) / 1000.0).alias("duration_s"),
         *(_sum_or_null(c) for c in COST_COLUMNS),
         pl.col("cost_total").null_count().cast(pl.Int64).alias("unpriced_calls"),
+        *_loss_aggs(has_loss(requests)),
     )
-    inputs = pl.col("input_tokens")
     frame = frame.with_columns(
-        pl.when(inputs > 0)
-        .then(pl.col("cache_read") / inputs)
-        .otherwise(None)
-        .alias("cache_hit_ratio")
+        _share(pl.col("cache_read"), pl.col("input_tokens")).alias("cache_hit_ratio")
     )
     ordered = [
         *SESSION_KEYS,
@@ -130,28 +179,56 @@ def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
         "duration_s",
         *COST_COLUMNS,
         "unpriced_calls",
+        *LOSS_SUMMARY,
     ]
     return frame.select(ordered).sort(["trace", "session_index", "policy", "params_hash"])
 
 
-def policy_summary(requests: pl.DataFrame) -> pl.DataFrame:
-    """Per policy spec: requests, calls, dollars and cache hit ratio (the run's printout)."""
+#: Figures of a run summary, in order (the `ctxsim run` printout, the report, compare).
+SUMMARY_COLUMNS = (
+    "requests",
+    "calls",
+    "compactions",
+    "overflows",
+    "breaker_trips",
+    "input_tokens",
+    "cost_total",
+    "unpriced_calls",
+    "cache_hit_ratio",
+    *LOSS_SUMMARY,
+)
+
+
+def _summary_aggs(present: bool) -> list[pl.Expr]:
     inputs = _INPUT.sum()
+    return [
+        (pl.col("kind") == "request").sum().cast(pl.Int64).alias("requests"),
+        pl.len().cast(pl.Int64).alias("calls"),
+        (pl.col("kind") == "compaction").sum().cast(pl.Int64).alias("compactions"),
+        pl.col("overflow").sum().cast(pl.Int64).alias("overflows"),
+        pl.col("breaker_trip").sum().cast(pl.Int64).alias("breaker_trips"),
+        inputs.cast(pl.Int64).alias("input_tokens"),
+        pl.col("cost_total").sum().alias("cost_total"),
+        pl.col("cost_total").null_count().cast(pl.Int64).alias("unpriced_calls"),
+        _share(pl.col("cache_read").sum(), inputs).alias("cache_hit_ratio"),
+        *_loss_aggs(present),
+    ]
+
+
+def policy_summary(requests: pl.DataFrame) -> pl.DataFrame:
+    """Per policy spec: the figures of SUMMARY_COLUMNS over all its rows (priced rows only
+    for `cost_total`; `unpriced_calls` says how many were left out)."""
     return (
         requests.group_by(["policy", "params_hash"])
-        .agg(
-            (pl.col("kind") == "request").sum().cast(pl.Int64).alias("requests"),
-            pl.len().cast(pl.Int64).alias("calls"),
-            (pl.col("kind") == "compaction").sum().cast(pl.Int64).alias("compactions"),
-            pl.col("cost_total").sum().alias("cost_total"),
-            pl.col("cost_total").null_count().cast(pl.Int64).alias("unpriced_calls"),
-            pl.when(inputs > 0)
-            .then(pl.col("cache_read").sum() / inputs)
-            .otherwise(None)
-            .alias("cache_hit_ratio"),
-        )
+        .agg(_summary_aggs(has_loss(requests)))
+        .select(["policy", "params_hash", *SUMMARY_COLUMNS])
         .sort(["policy", "params_hash"])
     )
+
+
+def overall_summary(requests: pl.DataFrame) -> dict[str, Any]:
+    """SUMMARY_COLUMNS over every row of the frame (all its policy specs together)."""
+    return requests.select(_summary_aggs(has_loss(requests))).row(0, named=True)
 
 
 def trace_entry(name: str, trace: Trace) -> dict[str, Any]:
@@ -211,30 +288,39 @@ def build_run(
 
 
 def render_summary(outputs: RunOutputs) -> str:
-    """Per policy spec: requests, calls, compactions, dollars and cache hit ratio."""
+    """Per policy spec: calls, compactions, overflows, dollars, cache hit ratio and the
+    loss proxies (definitions: reports/METRICS.md)."""
     summary = policy_summary(outputs.requests)
-    header = ["policy", "params", "requests", "calls", "compactions", "cost $", "cache hit"]
+    header = ["policy", "params", "requests", "compactions", "overflows", "trips", "cost $"]
+    header += ["cache hit", "human kept", "summary", "stale refs"]
     rows = []
     for r in summary.iter_rows(named=True):
         cost = "-" if r["cost_total"] is None else f"{r['cost_total']:,.4f}"
         if r["unpriced_calls"]:
             cost += "*"
-        ratio = r["cache_hit_ratio"]
         rows.append(
             [
                 r["policy"],
                 r["params_hash"],
                 f"{r['requests']:,}",
-                f"{r['calls']:,}",
                 f"{r['compactions']:,}",
+                f"{r['overflows']:,}",
+                f"{r['breaker_trips']:,}",
                 cost,
-                "-" if ratio is None else f"{100 * ratio:.1f}%",
+                _percent(r["cache_hit_ratio"]),
+                _percent(r["human_verbatim_share"]),
+                _percent(r["summary_share"]),
+                "-" if r["stale_file_refs"] is None else f"{r['stale_file_refs']:,}",
             ]
         )
     lines = text_table(header, rows, left=2)
     if int(summary["unpriced_calls"].sum()):
         lines.append("* dollars leave out calls whose model has no price")
     return "\n".join(lines) + "\n"
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:

@@ -137,9 +137,7 @@ class Policy(ABC):
         self.variant = ""
 
     def spec(self) -> PolicySpec:
-        return PolicySpec(
-            self.name, self.version, tuple(sorted(self.params.items())), self.variant
-        )
+        return PolicySpec(self.name, self.version, tuple(sorted(self.params.items())), self.variant)
 
     @abstractmethod
     def session(self, ctx: SessionContext) -> SessionPolicy:

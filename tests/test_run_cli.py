@@ -29,6 +29,8 @@ SONNET = "claude-sonnet-4-5-20250929"
 T0 = 1_760_000_000_000
 MINUTE = 60_000
 FILES = {"requests.parquet", "sessions.parquet", "manifest.json"}
+#: What `ctxsim run` draws from those files (tests/test_report_html.py tests them).
+REPORT = {"report.html", "charts"}
 
 
 def tiny_trace() -> Trace:
@@ -65,14 +67,27 @@ def tiny(tmp_path: Path) -> Path:
 
 
 def ctxsim(*args: str | Path) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
+    """Run the CLI; `run` without --policy replays as-recorded here (the hand-computed
+    numbers are as-recorded's); the default policy has its own test."""
+    argv = [str(a) for a in args]
+    if argv[:1] == ["run"] and "--policy" not in argv:
+        argv += ["--policy", "as-recorded"]
+    return CliRunner().invoke(main, argv)
+
+
+def test_run_defaults_to_the_claude_code_policy(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(tiny), "--out", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [p["name"] for p in manifest["policies"]] == ["claude-code"]
 
 
 def test_run_writes_three_files_and_a_manifest(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = ctxsim("run", tiny, "--out", out, "--seed", "7")
     assert result.exit_code == 0, result.output
-    assert {p.name for p in out.iterdir()} == FILES
+    assert {p.name for p in out.iterdir()} == FILES | REPORT
     manifest = json.loads((out / "manifest.json").read_text())
     spec = registry.build("as-recorded").spec()
     assert manifest["policies"] == [{**spec.as_dict(), "params_hash": spec.param_hash}]
@@ -147,6 +162,12 @@ def test_sessions_row_equals_hand_computed_aggregate(tiny: Path, tmp_path: Path)
         "cache_hit_ratio": 13_000 / 20_800,
         "duration_s": 120.0,
         "unpriced_calls": 0,
+        # loss proxies (no block of the tiny trace is the human's; no compaction)
+        "human_verbatim_share": None,
+        "summary_share": 0.0,
+        "stale_file_refs": 0,
+        "post_compaction_requests": 0,
+        "resent_tokens": 0,
     }
     assert {k: row[k] for k in expected} == expected
     assert {k: row[k] for k in cost} == pytest.approx(cost)

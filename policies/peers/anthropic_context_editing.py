@@ -1,0 +1,163 @@
+"""Anthropic's API context editing: the `clear_tool_uses_20250919` edit, applied server-side.
+
+Facts (Anthropic, "Context editing", platform.claude.com/docs/en/build-with-claude/
+context-editing, beta header `context-management-2025-06-27`; DESIGN.md section 5):
+
+* The edit is sent with each request (`context_management.edits`) and applied on the
+  server before the prompt reaches the model. The client keeps and sends its full,
+  unmodified history; nothing needs to be synchronised with the edited version.
+* `trigger`: the edit activates once the prompt's input tokens exceed the threshold
+  (default 100,000 input tokens).
+* `keep`: how many of the most recent tool use/result pairs are kept (default 3 tool
+  uses); the API clears the oldest tool results first, in chronological order, and
+  replaces each with a short placeholder telling the model the result was removed.
+* `clear_at_least`: a minimum number of tokens each activation must clear; if the API
+  cannot clear that much, the edit is not applied (default: none).
+* `exclude_tools`: tool names whose uses and results are never cleared.
+* `clear_tool_inputs`: also clear the tool-call parameters (default false: results only).
+* Prompt caching: clearing invalidates the cached prompt prefix from the cleared content
+  on, because the prompt changes there. The documentation advises clearing enough tokens
+  (`clear_at_least`) for the invalidation to be worth it: each clearing pays a cache
+  write, and later requests read the newly cached prefix.
+
+Modelling choices (ours):
+
+* The edit is a pure function of each request as the client sends it (the server keeps
+  no state between requests): the trigger compares the full, unedited prompt (system and
+  tools included); when it fires, every tool result but those of the `keep` most recent
+  tool uses is replaced by a placeholder of `placeholder_tokens` (the placeholder's text
+  is not published) and, with `clear_tool_inputs`, its tool_use too. `keep` counts every
+  tool use; `exclude_tools` then spares the excluded ones among the rest. With
+  `clear_at_least_tokens` > 0 nothing is cleared unless that many tokens would be freed.
+  A rewind that brings the prompt back under the trigger restores the cleared blocks.
+* The cache is priced on the edited prompt, as it reaches the model (simulator/
+  prompt_cache.py): a request reads the longest cached prefix that is still identical,
+  i.e. one that ends before the first block it clears differently from the cached
+  request. Once the trigger is passed, each new tool use pushes one more result out of
+  the kept 3, so the prompt changes a few blocks from its end on every request: with the
+  harness's single message marker at the end of each request, no earlier request's
+  entry ends before that point, so each such request reads little beyond the system
+  prefix and writes the rest again. That cost is the edit's, and is what this policy
+  measures.
+* Cache markers are the recorded harness's: the system prefix and the last item
+  (`cache.message_marks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from policies.base import ConversationSession
+from simulator.policy import (
+    Emitter,
+    Policy,
+    PolicyError,
+    SessionContext,
+    SessionPolicy,
+    register,
+)
+
+#: Salt of a cleared block's hash: the same block is always cleared to the same item, so a
+#: prompt cleared the same way twice has the same prefix hashes.
+CLEARED_SALT = 0xC1EA
+
+
+class ContextEditingSession(ConversationSession):
+    def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
+        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
+        self.trigger = int(params["trigger_tokens"])
+        self.keep = int(params["keep_tool_uses"])
+        self.at_least = int(params["clear_at_least_tokens"])
+        self.exclude = {str(t) for t in params["exclude_tools"]}
+        self.clear_inputs = bool(params["clear_tool_inputs"])
+        self.placeholder = int(params["placeholder_tokens"])
+        #: Blocks shown cleared now -> tokens their placeholder saves.
+        self.cleared: dict[int, int] = {}
+        #: How many requests the edit was applied to.
+        self.applied = 0
+
+    def raw_tokens(self, key: int) -> int:
+        """Tokens of a block as the client sends it (0 once the API stopped counting it)."""
+        conv = self.conv
+        return 0 if key in conv.edited else conv.tokens[key]
+
+    def wanted(self, present: set[int]) -> dict[int, int]:
+        """The blocks this request's edit clears, with the tokens each one frees."""
+        conv = self.conv
+        items = conv.items
+        unedited = conv.total() + sum(self.cleared.values())
+        if unedited <= self.trigger:
+            return {}
+        results = [key for key in items if conv.is_tool_result(key)]
+        older = results[: max(0, len(results) - self.keep)]
+        clear: dict[int, int] = {}
+        for key in older:
+            if conv.tool(key) in self.exclude:
+                continue
+            clear[key] = self.saving(key)
+            use = conv.link[key]
+            if self.clear_inputs and use in present:
+                clear[use] = self.saving(use)
+        if self.at_least > 0 and sum(clear.values()) < self.at_least:
+            return {}
+        return clear
+
+    def saving(self, key: int) -> int:
+        raw = self.raw_tokens(key)
+        return raw - min(self.placeholder, raw)
+
+    def transform(self, k: int, out: Emitter) -> None:
+        conv = self.conv
+        present = set(conv.items)
+        for key in [key for key in self.cleared if key not in present]:
+            del self.cleared[key]  # left the conversation (a rewind)
+        wanted = self.wanted(present)
+        self.restore(key for key in self.cleared if key not in wanted)
+        for key, saved in wanted.items():
+            if key not in self.cleared:
+                raw = self.raw_tokens(key)
+                conv.mask(key, min(self.placeholder, raw), CLEARED_SALT)
+                self.cleared[key] = saved
+        if wanted:
+            self.applied += 1
+
+    def restore(self, keys: Iterable[int]) -> None:
+        """Send blocks unedited again (the trigger no longer fires)."""
+        conv = self.conv
+        for key in list(keys):
+            conv.override.pop(key, None)
+            conv.touch(conv.items.index(key))
+            del self.cleared[key]
+
+
+@register
+class AnthropicContextEditing(Policy):
+    """`clear_tool_uses_20250919` (module docstring: facts and choices)."""
+
+    name = "anthropic-context-editing"
+    version = "1"
+    defaults: ClassVar[dict[str, Any]] = {
+        "trigger_tokens": 100_000,  # trigger: input_tokens
+        "keep_tool_uses": 3,  # keep: tool_uses
+        "clear_at_least_tokens": 0,  # clear_at_least: input_tokens (0: not set)
+        "exclude_tools": [],
+        "clear_tool_inputs": False,
+        "placeholder_tokens": 10,  # the placeholder's text is not published
+        "cache.message_marks": 1,
+        "cache.ttl": "recorded",
+        "prefix_resets": True,
+    }
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        p = self.params
+        if int(p["keep_tool_uses"]) < 0 or int(p["clear_at_least_tokens"]) < 0:
+            raise PolicyError(
+                "anthropic-context-editing: keep_tool_uses and clear_at_least_tokens must be >= 0"
+            )
+        if isinstance(p["exclude_tools"], str):
+            raise PolicyError("anthropic-context-editing: exclude_tools must be a list of names")
+
+    def session(self, ctx: SessionContext) -> SessionPolicy:
+        return ContextEditingSession(ctx, self.params)

@@ -1,0 +1,396 @@
+"""report.html: one self-contained page about a run, readable by people and diffable by CI.
+
+Built only from a run directory's requests.parquet, sessions.parquet and manifest.json:
+summary tables, the per-run charts and the charts of the most eventful sessions, each PNG
+embedded as a data URI so the page is one file that opens anywhere (a CI artifact, an
+e-mail). No script, no external resource, no time and no path: two runs on the same inputs
+give byte-identical pages.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable, Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from simulator.outputs import (
+    MANIFEST_FILE,
+    REQUESTS_FILE,
+    SESSIONS_FILE,
+    has_loss,
+    overall_summary,
+    policy_summary,
+)
+
+REPORT_FILE = "report.html"
+CHARTS_DIR = "charts"
+#: Sessions that get a chart of their own (the most eventful, then the longest).
+SESSION_CHARTS = 12
+#: Rows of the session table shown; the rest are in sessions.parquet.
+SESSION_ROWS = 200
+
+
+class ReportError(ValueError):
+    """A run directory a report cannot be made from (missing or unreadable files)."""
+
+
+def read_run(run_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """The request rows, session rows and manifest of a run directory."""
+    paths = [run_dir / REQUESTS_FILE, run_dir / SESSIONS_FILE, run_dir / MANIFEST_FILE]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise ReportError(f"{run_dir.name or run_dir}: no {', '.join(missing)} (not a run)")
+    try:
+        requests = pl.read_parquet(paths[0])
+        sessions = pl.read_parquet(paths[1])
+        manifest = json.loads(paths[2].read_text())
+    except (OSError, ValueError, pl.exceptions.PolarsError) as exc:
+        raise ReportError(f"{run_dir.name or run_dir}: unreadable run: {exc}") from exc
+    needed = {"trace", "session_index", "request", "call", "kind", "policy", "params_hash"}
+    lacking = needed - set(requests.columns)
+    if lacking or not isinstance(manifest, dict) or "policies" not in manifest:
+        raise ReportError(f"{run_dir.name or run_dir}: not a ctxsim run (columns or manifest)")
+    return requests, sessions, manifest
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _dollars(value: float | None, unpriced: int = 0) -> str:
+    text = "-" if value is None else f"${value:,.4f}"
+    return text + ("*" if unpriced else "")
+
+
+def _tokens(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _table(
+    header: Sequence[str], rows: Iterable[Sequence[str]], left: int = 1, css: str = ""
+) -> str:
+    """An HTML table; the first `left` columns are text, the rest numbers (right-aligned).
+    Wrapped so a wide table scrolls instead of overflowing the page."""
+    head = "".join(
+        f'<th class="{"l" if i < left else "n"}">{escape(h)}</th>' for i, h in enumerate(header)
+    )
+    body = "\n".join(
+        "<tr>"
+        + "".join(
+            f'<td class="{"l" if i < left else "n"}">{escape(c)}</td>' for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
+    cls = f' class="{css}"' if css else ""
+    return (
+        f'<div class="scroll"><table{cls}>\n<thead><tr>{head}</tr></thead>\n'
+        f"<tbody>\n{body}\n</tbody>\n</table></div>"
+    )
+
+
+SUMMARY_HEADER = (
+    "policy",
+    "params",
+    "requests",
+    "calls",
+    "compactions",
+    "overflows",
+    "breaker trips",
+    "cost",
+    "cache hit",
+    "human kept",
+    "summary share",
+    "stale file refs",
+    "re-sent tokens",
+)
+
+
+def summary_cells(policy: str, params: str, r: dict[str, Any]) -> list[str]:
+    """One summary row's cells (the figures of simulator/outputs.py SUMMARY_COLUMNS)."""
+    return [
+        policy,
+        params,
+        _count(r["requests"]),
+        _count(r["calls"]),
+        _count(r["compactions"]),
+        _count(r["overflows"]),
+        _count(r["breaker_trips"]),
+        _dollars(r["cost_total"], r["unpriced_calls"]),
+        _percent(r["cache_hit_ratio"]),
+        _percent(r["human_verbatim_share"]),
+        _percent(r["summary_share"]),
+        _count(r["stale_file_refs"]),
+        _tokens(r["resent_tokens"]),
+    ]
+
+
+def _summary_table(requests: pl.DataFrame) -> str:
+    rows = [
+        summary_cells(r["policy"], r["params_hash"], r)
+        for r in policy_summary(requests).iter_rows(named=True)
+    ]
+    if len(rows) > 1:
+        rows.append(summary_cells("all policies", "", overall_summary(requests)))
+    return _table(SUMMARY_HEADER, rows, left=2)
+
+
+def _policies_table(manifest: dict[str, Any]) -> str:
+    rows = []
+    for p in manifest["policies"]:
+        params = p.get("params", {})
+        text = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(params.items()))
+        name = str(p.get("name", "?"))
+        if p.get("variant"):
+            name = f"{p['variant']} ({name})"
+        rows.append([name, str(p.get("version", "?")), str(p.get("params_hash", "?")), text])
+    return _table(["policy", "version", "params hash", "parameters"], rows, 4, "params")
+
+
+SESSION_HEADER = (
+    "trace",
+    "#",
+    "session",
+    "policy",
+    "requests",
+    "compactions",
+    "overflows",
+    "trips",
+    "context max",
+    "cost",
+    "cache hit",
+    "human kept",
+    "stale refs",
+)
+
+
+def _sessions_table(sessions: pl.DataFrame) -> tuple[str, str]:
+    """The session table (largest cost first, at most SESSION_ROWS) and a note on cuts."""
+    from reports.charts import short_id
+
+    shown = sessions.sort(
+        ["cost_total", "trace", "session_index", "policy", "params_hash"],
+        descending=[True, False, False, False, False],
+        nulls_last=True,
+    ).head(SESSION_ROWS)
+    rows = []
+    for r in shown.iter_rows(named=True):
+        rows.append(
+            [
+                short_id(r["trace"], 30),
+                str(r["session_index"]),
+                short_id(r["session"], 24),
+                r["policy"],
+                _count(r["requests"]),
+                _count(r["compactions"]),
+                _count(r["overflows"]),
+                _count(r["breaker_trips"]),
+                _tokens(r["context_max"]),
+                _dollars(r["cost_total"], r["unpriced_calls"]),
+                _percent(r["cache_hit_ratio"]),
+                _percent(r.get("human_verbatim_share")),
+                _count(r.get("stale_file_refs")),
+            ]
+        )
+    note = ""
+    if sessions.height > shown.height:
+        note = (
+            f"The {shown.height} costliest of {sessions.height} session rows; "
+            "sessions.parquet has them all."
+        )
+    return _table(SESSION_HEADER, rows, left=4), note
+
+
+def _img(data: bytes, alt: str) -> str:
+    encoded = base64.b64encode(data).decode("ascii")
+    return f'<img src="data:image/png;base64,{encoded}" alt="{escape(alt)}">'
+
+
+def _figure(data: bytes, alt: str, caption: str) -> str:
+    return f"<figure>{_img(data, alt)}<figcaption>{escape(caption)}</figcaption></figure>"
+
+
+CAPTIONS = {
+    "cost_by_policy.png": (
+        "Cost by policy",
+        "Dollars per policy spec over all sessions, stacked by component: the requests' "
+        "uncached input, cache reads, 5-minute and 1-hour cache writes and output, then the "
+        "policy's own compaction calls (all their components together).",
+    ),
+    "cache_hit_ratio.png": (
+        "Cache hit ratio",
+        "Tokens read from the cache over all prompt tokens, every call of the policy.",
+    ),
+    "events_by_policy.png": (
+        "Compactions, overflows and breaker trips",
+        "Compaction calls the policy made; requests whose view a compaction had just "
+        "rewritten (under as-recorded: the recording's own compactions); calls whose view "
+        "exceeded the model's window; calls whose failure tripped a circuit breaker.",
+    ),
+    "loss_by_policy.png": (
+        "What each policy loses",
+        "Share of the human's own words still sent verbatim; share of the request context "
+        "that a compaction wrote (summary and restored context); tool calls that named a "
+        "file whose last read result was no longer in the view; prompt tokens re-sent (not "
+        "read from the cache) right after compactions.",
+    ),
+}
+
+DEFINITIONS = (
+    ("cost", "sum of cost_total over priced calls, USD (* when some calls have no price)"),
+    ("cache hit", "sum(cache_read) / sum(uncached_input + cache_read + cache writes)"),
+    (
+        "human kept",
+        "human_verbatim_tokens / human_tokens summed over requests: the share of the "
+        "human's own words still sent unchanged",
+    ),
+    (
+        "summary share",
+        "summary_tokens / context_tokens summed over requests: the share of the view a "
+        "compaction wrote (its summary and what it restored) instead of the history",
+    ),
+    (
+        "stale file refs",
+        "tool calls naming a file whose last read result was cleared or compacted away",
+    ),
+    (
+        "re-sent tokens",
+        "uncached input + cache writes of the first request after each compaction",
+    ),
+)
+
+STYLE = """
+body { font-family: "DejaVu Sans", Verdana, sans-serif; margin: 24px auto; max-width: 1240px;
+       color: #222; padding: 0 16px; line-height: 1.4; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px;
+     border-bottom: 1px solid #ddd; padding-bottom: 3px; }
+p.facts { color: #555; margin-top: 0; }
+table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
+th, td { padding: 3px 6px; border-bottom: 1px solid #e4e4e4; white-space: nowrap; }
+th { background: #f4f4f4; white-space: normal; vertical-align: bottom; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.l, th.l { text-align: left; }
+table.params td:nth-child(4) { white-space: normal; }
+div.scroll { overflow-x: auto; max-width: 100%; }
+figure { margin: 12px 0 20px; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 12px; color: #555; max-width: 900px; }
+.grid { display: flex; flex-wrap: wrap; gap: 8px 24px; align-items: flex-start; }
+dl { font-size: 12px; } dt { font-weight: bold; } dd { margin: 0 0 6px 16px; }
+"""
+
+
+def render(
+    requests: pl.DataFrame,
+    sessions: pl.DataFrame,
+    manifest: dict[str, Any],
+    run_charts: dict[str, bytes],
+    session_pngs: Sequence[tuple[tuple[str, int], str, bytes]],
+) -> str:
+    """The page, from the run's rows and its already drawn charts."""
+    traces = manifest.get("traces", [])
+    facts = [
+        f"ctxsim {manifest.get('ctxsim_version', '?')}",
+        str(manifest.get("prices", "prices unknown")),
+        f"seed {manifest.get('seed', '?')}",
+        f"cache model {manifest.get('cache', '?')}",
+        f"{len(traces)} trace(s)",
+        f"{requests.select('trace', 'session_index').unique().height} session(s)",
+        f"{requests.height:,} calls",
+    ]
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>ctxsim report</title>",
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>ctxsim report</h1>",
+        f'<p class="facts">{escape(" · ".join(facts))}</p>',
+        "<h2>Policies</h2>",
+        _policies_table(manifest),
+        "<h2>Summary</h2>",
+        _summary_table(requests),
+    ]
+    unpriced = int(requests["cost_total"].null_count())
+    if unpriced:
+        parts.append(f"<p>* dollars leave out {unpriced:,} call(s) whose model has no price.</p>")
+    if not has_loss(requests):
+        parts.append("<p>This run's rows carry no loss proxies (made by an older ctxsim).</p>")
+    parts.append('<h2>Charts</h2><div class="grid">')
+    for name, data in run_charts.items():
+        title, caption = CAPTIONS.get(name, (name, ""))
+        parts.append(_figure(data, title, caption))
+    parts.append("</div>")
+    table, note = _sessions_table(sessions)
+    parts += ["<h2>Sessions</h2>", table]
+    if note:
+        parts.append(f"<p>{escape(note)}</p>")
+    if session_pngs:
+        parts.append("<h2>Context over the session</h2>")
+        parts.append(
+            "<p>The sessions where something happened (a compaction, an overflow, a breaker "
+            "trip) first, then the longest. Each line is one policy's context per request; "
+            "horizontal lines are the model's window and the thresholds the policy's "
+            "parameters state.</p>"
+        )
+        for (trace, index), name, data in session_pngs:
+            caption = f"{trace} #{index} ({CHARTS_DIR}/{name})"
+            parts.append(_figure(data, f"session {index} of {trace}", caption))
+    parts.append("<h2>Definitions</h2><dl>")
+    for term, text in DEFINITIONS:
+        parts.append(f"<dt>{escape(term)}</dt><dd>{escape(text)}</dd>")
+    parts.append(
+        "</dl><p>Every column and figure is defined, with its unit, in reports/METRICS.md.</p>"
+    )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def build_report(
+    run_dir: Path,
+    *,
+    session_limit: int = SESSION_CHARTS,
+    progress: Callable[[list[tuple[str, int]]], Iterable[tuple[str, int]]] | None = None,
+) -> dict[str, bytes]:
+    """report.html and every chart of a run directory, by path relative to it.
+
+    Reads only the run's files. `progress` wraps the list of sessions to chart (the slow
+    part), so a caller can show a bar.
+    """
+    from reports import charts  # matplotlib: only when drawing
+
+    requests, sessions, manifest = read_run(run_dir)
+    if requests.is_empty():
+        raise ReportError(f"{run_dir.name or run_dir}: the run has no request rows")
+    files: dict[str, bytes] = {}
+    per_run = charts.run_charts(requests)
+    for name, data in per_run.items():
+        files[f"{CHARTS_DIR}/{name}"] = data
+    keys = charts.session_keys(requests, session_limit)
+    chosen = progress(keys) if progress is not None else keys
+    pngs = []
+    for key in chosen:
+        ((name, data),) = charts.session_charts(requests, manifest, [key])
+        files[f"{CHARTS_DIR}/{name}"] = data
+        pngs.append((key, name, data))
+    page = render(requests, sessions, manifest, per_run, pngs)
+    files[REPORT_FILE] = page.encode("utf-8")
+    return files
+
+
+def stale_charts(run_dir: Path, keep: Iterable[str]) -> list[Path]:
+    """PNG files under the run's charts/ that this report did not write (an earlier run's
+    sessions): removed so the directory shows one run."""
+    wanted = {run_dir / k for k in keep}
+    root = run_dir / CHARTS_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.rglob("*.png") if p not in wanted)

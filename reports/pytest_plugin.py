@@ -1,0 +1,120 @@
+"""`ctxsim_replay`: a pytest fixture to assert on a replay in a project's own tests.
+
+Installed with ctxsim (entry point `pytest11`), so a test only asks for it::
+
+    def test_my_policy_keeps_the_cache(ctxsim_replay):
+        base = ctxsim_replay("tests/traces", policy="as-recorded")
+        mine = ctxsim_replay("tests/traces", policy="my-policy", params={"keep": 5})
+        assert mine.summary["overflows"] == 0
+        assert mine.summary["cost_total"] <= 1.02 * base.summary["cost_total"]
+
+A replay gives what `ctxsim run` writes, as polars frames: `requests` (one row per call,
+loss proxies included), `sessions` and `summary` (the run-summary figures of
+reports/METRICS.md over all its rows); `write(dir)` saves the three run files, so
+`ctxsim compare` or `ctxsim report` can read them. Nothing is read from or written to the
+user's compile cache. This module imports only pytest at load time: a plugin that every
+pytest run of an environment with ctxsim loads must not slow it down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from simulator.model import Trace
+    from simulator.outputs import RunOutputs
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One policy replayed over some traces: the run's rows and figures."""
+
+    outputs: RunOutputs
+
+    @property
+    def requests(self) -> pl.DataFrame:
+        return self.outputs.requests
+
+    @property
+    def sessions(self) -> pl.DataFrame:
+        return self.outputs.sessions
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The run-summary figures (SUMMARY_COLUMNS of simulator/outputs.py)."""
+        from simulator.outputs import overall_summary
+
+        return overall_summary(self.requests)
+
+    def write(self, out: Path) -> Path:
+        """Save requests.parquet, sessions.parquet and manifest.json under `out`."""
+        out.mkdir(parents=True, exist_ok=True)
+        for name, data in self.outputs.files.items():
+            (out / name).write_bytes(data)
+        return out
+
+
+TraceInput = str | Path | Sequence[str | Path] | Sequence[tuple[str, "Trace"]]
+
+
+def _named(src: TraceInput, lenient: bool) -> list[tuple[str, Trace]]:
+    """(name, trace) pairs from paths (files or directories) or given as they are."""
+    from traces.load import load
+
+    items: list[Any] = [src] if isinstance(src, str | Path) else list(src)
+    if items and all(isinstance(i, tuple) for i in items):
+        return [(str(name), trace) for name, trace in items]
+    paths = [Path(i) for i in items]
+    named: dict[str, Trace] = {}
+    for item in load(paths, lenient=lenient, cache=None):
+        named.setdefault(item.name.removesuffix(".ctxt"), item.trace)
+    if not named:
+        raise ValueError(f"no trace found in {', '.join(str(p) for p in paths)}")
+    return list(named.items())
+
+
+def replay_run(
+    src: TraceInput,
+    policy: str = "as-recorded",
+    params: dict[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    cache: str = "auto",
+    lenient: bool = False,
+) -> Replay:
+    """Replay `src` under one policy exactly as `ctxsim run` does (same rows, same bytes)."""
+    from reports.loss import replay_with_loss
+    from simulator import policy as registry
+    from simulator.outputs import build_run
+    from simulator.pricing import PriceBook
+    from simulator.replay import ReplayOptions
+
+    traces = _named(src, lenient)
+    built = registry.build(policy, params or {})
+    prices = PriceBook()
+    options = ReplayOptions(cache=cache, seed=seed)
+    frame = replay_with_loss(traces, built, options, prices)
+    outputs = build_run(
+        [frame],
+        [built.spec()],
+        traces,
+        seed=seed,
+        cache=cache,
+        prices_version=prices.version,
+        lenient=lenient,
+    )
+    return Replay(outputs)
+
+
+@pytest.fixture
+def ctxsim_replay() -> Callable[..., Replay]:
+    """`ctxsim_replay(src, policy="as-recorded", params=None, *, seed=0, cache="auto",
+    lenient=False)`: replay traces (paths, or (name, Trace) pairs) and return a Replay."""
+    return replay_run

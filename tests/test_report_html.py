@@ -1,0 +1,184 @@
+"""report.html: `ctxsim report` and `ctxsim run` write it; one self-contained, reproducible
+file; and it renders in headless Chromium (skipped where Debian's `chromium` is absent)."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+from report_helpers import Toy, trace_a, trace_b, write_run
+
+from reports import charts
+from simulator import policy as registry
+from simulator.cli import main
+from traces import compiled
+
+TRACES = [("a", trace_a()), ("b", trace_b())]
+RUN_CHARTS = {"cost_by_policy", "cache_hit_ratio", "events_by_policy", "loss_by_policy"}
+
+
+def ctxsim(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    write_run(out, TRACES, [registry.build("as-recorded"), Toy()])
+    return out
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.*"))}
+
+
+def test_report_writes_a_self_contained_reproducible_page(run_dir: Path, tmp_path: Path) -> None:
+    result = ctxsim("report", run_dir)
+    assert result.exit_code == 0, result.output
+    assert result.output == f"wrote report.html and 6 chart(s) to {run_dir}\n"
+    first = _files(run_dir)
+    assert set(first) == {
+        "requests.parquet",
+        "sessions.parquet",
+        "manifest.json",
+        "report.html",
+        *(f"charts/{name}.png" for name in RUN_CHARTS),
+        "charts/sessions/a.0.png",
+        "charts/sessions/b.0.png",
+    }
+    assert ctxsim("report", run_dir).exit_code == 0
+    assert _files(run_dir) == first  # byte-identical, charts included
+
+    html = first["report.html"].decode()
+    assert html.startswith("<!doctype html>")
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    sources = re.findall(r'src="([^"]*)"', html)
+    assert len(sources) == 6 and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert str(tmp_path) not in html and "/tmp" not in html
+    for text in ("as-recorded", "toy", "Summary", "Sessions", "human kept", "stale file refs"):
+        assert text in html, text
+    # the summary row of the toy: 7 calls, 2 compactions, 1 overflow, 1 breaker trip
+    toy_hash = Toy().spec().param_hash
+    row = re.search(rf"<tr><td[^>]*>toy</td><td[^>]*>{toy_hash}</td>(.*?)</tr>", html)
+    assert row is not None
+    cells = re.findall(r">([^<]*)</td>", row.group(1))
+    assert cells[:5] == ["8", "10", "2", "1", "1"]  # requests, calls, compactions, ...
+
+
+def test_session_charts_option_and_stale_charts(run_dir: Path) -> None:
+    old = run_dir / "charts" / "sessions" / "gone.0.png"
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"old")
+    result = ctxsim("report", run_dir, "--session-charts", "1")
+    assert result.exit_code == 0, result.output
+    assert not old.exists()
+    assert sorted(p.name for p in (run_dir / "charts" / "sessions").iterdir()) == ["a.0.png"]
+
+
+def test_report_on_something_that_is_not_a_run_exits_2(tmp_path: Path) -> None:
+    result = ctxsim("report", tmp_path)
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {tmp_path.name}: no requests.parquet")
+
+
+def test_run_writes_the_report_and_prints_a_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(registry._REGISTRY, Toy.name, Toy)
+    src = tmp_path / "traces"
+    src.mkdir()
+    for name, trace in TRACES:
+        compiled.write(trace, src / f"{name}.ctxt")
+    out = tmp_path / "out"
+    result = ctxsim("run", src, "--policy", "as-recorded", "--policy", "toy", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "report.html").is_file()
+    assert len(list((out / "charts").rglob("*.png"))) == 6
+    lines = result.output.splitlines()
+    assert lines[0].split() == [
+        "policy",
+        "params",
+        "requests",
+        "compactions",
+        "overflows",
+        "trips",
+        "cost",
+        "$",
+        "cache",
+        "hit",
+        "human",
+        "kept",
+        "summary",
+        "stale",
+        "refs",
+    ]
+    toy = next(line for line in lines if line.startswith("toy "))
+    assert toy.split()[2:6] == ["8", "2", "1", "1"]
+    assert lines[-1].startswith("wrote requests.parquet, sessions.parquet, manifest.json, ")
+    assert "report.html and 6 chart(s)" in lines[-1]
+
+    bare = tmp_path / "bare"
+    result = ctxsim("run", src, "--policy", "as-recorded", "--no-report", "--out", bare)
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in bare.iterdir()} == {
+        "requests.parquet",
+        "sessions.parquet",
+        "manifest.json",
+    }
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("headless Chromium (Debian's `chromium` package) is not installed")
+
+
+def _headless(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+    ]
+    return subprocess.run(
+        [browser, *flags, *args], capture_output=True, text=True, timeout=90, check=False
+    )
+
+
+def test_the_report_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None:
+    browser = _chromium()
+    assert ctxsim("report", run_dir).exit_code == 0
+    page = (run_dir / "report.html").resolve().as_uri()
+    dom = _headless(browser, tmp_path / "profile", "--dump-dom", page)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "<h1>ctxsim report</h1>" in dom.stdout
+    assert dom.stdout.count("<img ") == 6 and dom.stdout.count("<table") == 3
+
+    shot = tmp_path / "shot.png"
+    done = _headless(
+        browser, tmp_path / "profile", "--window-size=1280,1600", f"--screenshot={shot}", page
+    )
+    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    pixels = np.asarray(mpimg.imread(io.BytesIO(shot.read_bytes()), format="png"))[..., :3]
+    assert pixels.shape[:2] == (1600, 1280)
+
+    def painted(hex_color: str) -> int:
+        rgb = np.array([int(hex_color[i : i + 2], 16) for i in (1, 3, 5)]) / 255
+        return int((np.abs(pixels - rgb).max(axis=-1) < 0.01).sum())
+
+    # The embedded cost chart was decoded and painted: its bar colours cover real areas.
+    colors = {color for _, label, color in charts.COMPONENTS if label != "cache write 1h"}
+    for color in colors:
+        assert painted(color) > 200, color
