@@ -263,10 +263,24 @@ def _build_policies(names: tuple[str, ...], params: list[Param]) -> list[Policy]
     sets KEY on that policy only.
     """
     from simulator import policy as registry
+    from simulator.variants import Variant, build_variant, load_variant
 
     unique = list(dict.fromkeys(names))
+    variants: dict[str, Variant] = {}
     try:
-        classes = {name: registry.get(name) for name in unique}
+        labels = []
+        for name in unique:
+            if name.endswith(".toml"):  # a variant file: `extends` a registered policy
+                variant = load_variant(Path(name))
+                variants[variant.name] = variant
+                labels.append(variant.name)
+            else:
+                labels.append(name)
+        unique = labels
+        classes = {
+            name: registry.get(variants[name].extends if name in variants else name)
+            for name in unique
+        }
         for scope, key, value in params:
             if scope is not None and scope not in classes:
                 _fail(f"-P {scope}:{key}: policy {scope!r} is not selected (add --policy {scope})")
@@ -281,7 +295,10 @@ def _build_policies(names: tuple[str, ...], params: list[Param]) -> list[Policy]
                 if scope == name
                 or (scope is None and (len(unique) == 1 or key in classes[name].defaults))
             }
-            built.append(registry.build(name, mine))
+            if name in variants:
+                built.append(build_variant(variants[name], mine))
+            else:
+                built.append(registry.build(name, mine))
     except registry.PolicyError as exc:
         _fail(str(exc))
     return built
@@ -324,6 +341,60 @@ def _named_traces(
     return list(named.items())
 
 
+@main.group()
+def policies() -> None:
+    """The registered context policies and their parameters."""
+
+
+@policies.command("list")
+def policies_list() -> None:
+    """Every registered policy, with its version and what it is."""
+    from simulator import policy as registry
+
+    rows = []
+    for name in registry.names():
+        cls = registry.get(name)
+        doc = (cls.__doc__ or "").strip().splitlines()
+        if not doc or cls.__doc__ == registry.Policy.__doc__:
+            module = __import__(cls.__module__, fromlist=["_"])
+            doc = (module.__doc__ or "").strip().splitlines()
+        rows.append((name, cls.version, doc[0] if doc else ""))
+    width = max(len(r[0]) for r in rows)
+    for name, version, summary in rows:
+        click.echo(f"{name.ljust(width)}  {version:<8}  {summary}")
+
+
+@policies.command("show")
+@click.argument("name")
+def policies_show(name: str) -> None:
+    """NAME's parameters with their defaults and where each default is set (a variant
+    .toml file is shown with its overrides)."""
+    from simulator import policy as registry
+    from simulator.variants import default_sources, load_variant
+
+    try:
+        if name.endswith(".toml"):
+            variant = load_variant(Path(name))
+            sources = default_sources(variant.extends)
+            for key, value in variant.params.items():
+                if key not in sources:
+                    registry.build(variant.extends, {key: value})  # raises with a hint
+                sources[key] = (value, f"variant {variant.source}")
+            click.echo(f"{variant.name} (extends {variant.extends})")
+        else:
+            sources = default_sources(name)
+            cls = registry.get(name)
+            click.echo(f"{name} {cls.version}")
+    except registry.PolicyError as exc:
+        _fail(str(exc))
+    import orjson
+
+    width = max((len(k) for k in sources), default=0)
+    for key, (value, source) in sorted(sources.items()):
+        shown = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        click.echo(f"  {key.ljust(width)}  {shown:<24}  {source}")
+
+
 @main.command()
 @_paths
 @click.option(
@@ -332,7 +403,7 @@ def _named_traces(
     multiple=True,
     default=(DEFAULT_POLICY,),
     show_default=True,
-    help="Policy to replay (repeat for several).",
+    help="Policy to replay: a registered name or a variant .toml file (repeatable).",
 )
 @click.option(
     "-P",

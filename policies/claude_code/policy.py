@@ -286,12 +286,17 @@ class ClaudeCode(Policy):
 
 @register
 class ClaudeCode2188(ClaudeCode):
+    """Claude Code 2.1.88: reserve min(max output, 20,000), compaction at 167k on 200k."""
+
     name = "claude-code@2.1.88"
     version = "2.1.88"
 
 
 @register
 class ClaudeCode216(ClaudeCode):
+    """Claude Code 2.1.5-2.1.9: the whole 32,000 max output reserved (compaction near 155k),
+    5-minute cache TTL."""
+
     name = "claude-code@2.1.6"
     version = "2.1.6"
     defaults: ClassVar[dict[str, Any]] = {
