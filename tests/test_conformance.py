@@ -122,10 +122,29 @@ def test_policy_conforms_on_the_samples(name: str, samples: list[tuple[str, Trac
         _check(trace, name)
 
 
+@pytest.fixture(scope="module")
+def shared_traces(shared: Path) -> list[Trace]:
+    """Every trace in ../shared/traces: Claude Code, Codex and SWE-agent."""
+    return [item.trace for item in load_all(units([shared]), lenient=True)]
+
+
 @pytest.mark.parametrize("name", POLICIES)
-def test_policy_conforms_on_the_shared_traces(name: str, shared: Path) -> None:
-    for item in load_all(units([shared / "claude-code"]), lenient=True):
-        _check(item.trace, name)
+def test_policy_conforms_on_the_shared_traces(name: str, shared_traces: list[Trace]) -> None:
+    for trace in shared_traces:
+        _check(trace, name)
+
+
+@pytest.fixture(scope="module")
+def synthetic_corpus() -> list[Trace]:
+    from traces.synthetic import synthetic_session
+
+    return [Trace("claude-code", f"s{i}", [synthetic_session(400, seed=i)]) for i in range(3)]
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_policy_conforms_on_a_synthetic_corpus(name: str, synthetic_corpus: list[Trace]) -> None:
+    for trace in synthetic_corpus:
+        _check(trace, name)
 
 
 # -- generated sessions -------------------------------------------------------------------
