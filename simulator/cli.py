@@ -228,6 +228,22 @@ def stats(
 # -- run and fidelity ---------------------------------------------------------------------
 
 CACHE_CHOICES = ("auto", "anthropic", "openai", "google")
+
+
+@main.command()
+@click.option("--sessions", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--requests", type=click.IntRange(1), default=200, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory.")
+def synth(sessions: int, requests: int, seed: int, out: Path) -> None:
+    """Generate synthetic sessions fitted to the real corpus (traces/synthetic_params.json),
+    written as compiled traces; the same seed writes the same files."""
+    from traces.synthetic import write_corpus
+
+    paths = write_corpus(out, sessions, requests, seed)
+    click.echo(f"wrote {len(paths)} synthetic trace(s) of {requests} requests to {out}")
+
+
 DEFAULT_POLICY = "claude-code"
 
 #: (policy name or None for every selected policy, parameter, value) from one -P option.
@@ -624,6 +640,12 @@ def fidelity(
         for name, data in files.items():
             atomic_write_bytes(out / name, data)
     click.echo(render(sessions, overall), nl=False)
+
+
+from simulator.cli_sweep import sweep, tune  # noqa: E402
+
+main.add_command(sweep)
+main.add_command(tune)
 
 
 if __name__ == "__main__":

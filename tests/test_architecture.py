@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The CLI is the one module that wires readers, policies and reports together.
-WIRING = {ROOT / "simulator" / "cli.py"}
+WIRING = {ROOT / "simulator" / "cli.py", ROOT / "simulator" / "cli_sweep.py"}
 #: What `policies` and `traces` may take from the core: its model and view types (the trace
 #: model; the view, its prefix items and history schedule; the policy protocol).
 CORE_TYPES = {

@@ -146,14 +146,11 @@ def test_write_corpus_same_seed_same_bytes(tmp_path: Path) -> None:
 
 def test_trace_is_the_session_and_index_gives_independent_sessions() -> None:
     t = synthetic_trace(200, 5, index=2)
-    assert _trace(200, 5).sessions[0].requests.equals(synthetic_trace(200, 5).sessions[0].requests)
-    assert (
-        Trace("synthetic", "", [synthetic_session(200, 5, index=2)])
-        .sessions[0]
-        .blocks.equals(t.sessions[0].blocks)
-    )
-    assert not t.sessions[0].blocks.equals(synthetic_trace(200, 5, index=3).sessions[0].blocks)
-    assert t.source_digest != synthetic_trace(200, 5, index=3).source_digest
+    assert _trace(200, 5).sessions[0].blocks.equals(synthetic_trace(200, 5).sessions[0].blocks)
+    assert synthetic_session(200, 5, index=2).blocks.equals(t.sessions[0].blocks)
+    other = synthetic_trace(200, 5, index=3)
+    assert not t.sessions[0].blocks.equals(other.sessions[0].blocks)
+    assert t.source_digest != other.source_digest
     assert t.sessions[0].models == [load_params().model]
 
 
@@ -282,3 +279,28 @@ def test_check_tolerates_only_rounding() -> None:
 @pytest.mark.shared
 def test_committed_params_are_the_fit_of_the_shared_corpus(shared: Path) -> None:
     assert synth_fit.main(["--check", "--corpus", str(shared / "claude-code")]) == 0
+
+
+def test_synth_command_writes_identical_corpora(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from simulator.cli import main
+
+    for name in ("a", "b"):
+        args = [
+            "synth",
+            "--sessions",
+            "2",
+            "--requests",
+            "30",
+            "--seed",
+            "5",
+            "--out",
+            str(tmp_path / name),
+        ]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+    first = sorted((tmp_path / "a").iterdir())
+    assert [p.name for p in first] == ["synth-5-0.ctxt", "synth-5-1.ctxt"]
+    for p in first:
+        assert p.read_bytes() == (tmp_path / "b" / p.name).read_bytes()

@@ -180,25 +180,28 @@ class SynthParams:
         ln = LogNormal.from_dict
         gaps = d["gaps_ms"]
 
+        def share(entry: dict[str, Any]) -> float:
+            return float(entry["share"])
+
         def gap(c: dict[str, Any]) -> GapClass:
-            return GapClass(ln(c["short"]), c["idle_share"]["share"], c["over_1h_share"]["share"])
+            return GapClass(ln(c["short"]), share(c["idle_share"]), share(c["over_1h_share"]))
 
         tools = tuple(
             ToolParams(
-                t["name"], t["share"]["share"], ln(t["use"]), ln(t["result"]), t["error"]["share"]
+                str(t["name"]), share(t["share"]), ln(t["use"]), ln(t["result"]), share(t["error"])
             )
             for t in d["tools"]["top"]
         )
         return cls(
-            model=d["model"]["name"],
+            model=str(d["model"]["name"]),
             prefix=ln(d["prefix_tokens"]),
-            human_share=d["human_turns"]["share"],
+            human_share=share(d["human_turns"]),
             human=ln(d["human_tokens"]),
             calls=tuple(float(p) for p in d["calls_per_response"]["p"]),
             text_final=ln(d["text_final_tokens"]),
-            text_with_tools_share=d["text_with_tools"]["share"],
+            text_with_tools_share=share(d["text_with_tools"]),
             text_with_tools=ln(d["text_with_tools_tokens"]),
-            thinking_share=d["thinking"]["share"],
+            thinking_share=share(d["thinking"]),
             thinking=ln(d["thinking_tokens"]),
             tools=tools,
             gap_turn=gap(gaps["turn"]),

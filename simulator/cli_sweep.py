@@ -1,0 +1,520 @@
+"""`ctxsim sweep` and `ctxsim tune`: batch sweeps and threshold tuning (simulator/sweep.py,
+simulator/tune.py), wired to the trace loading of simulator/cli.py and the charts of
+reports/sweep_charts.py.
+
+Like every ctxsim command: bad input is one line and exit status 2, outputs are written
+atomically, and heavy modules are imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from simulator.sweep import Progress, SweepResult
+    from simulator.tune import TuneResult
+
+#: The cache models of `ctxsim run` (simulator/cli.py CACHE_CHOICES).
+CACHE_CHOICES = ("auto", "anthropic", "openai", "google")
+
+_paths = click.argument(
+    "src", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
+)
+_lenient = click.option(
+    "--lenient", is_flag=True, help="Skip and count bad lines instead of stopping at the first."
+)
+_no_cache = click.option("--no-cache", is_flag=True, help="Always compile; ignore the cache.")
+_jobs = click.option(
+    "--jobs", "-j", type=click.IntRange(0), default=0, help="Traces compiled at once (0: auto)."
+)
+
+
+def _fail(message: str) -> None:
+    from simulator.cli import _fail as fail
+
+    fail(message)
+
+
+def _write(path: Path, data: bytes) -> None:
+    from simulator.cli import atomic_write_bytes
+
+    atomic_write_bytes(path, data)
+
+
+def _traces(src: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int) -> Any:
+    from simulator.cli import _named_traces
+
+    return _named_traces(src, lenient, no_cache, jobs)
+
+
+def _fixed(params: tuple[str, ...]) -> list[tuple[str | None, str, Any]]:
+    from simulator.cli import parse_param
+
+    parsed = []
+    for text in params:
+        try:
+            parsed.append(parse_param(text))
+        except click.BadParameter as exc:
+            _fail(f"-P {exc.message}")
+    return parsed
+
+
+# -- progress -------------------------------------------------------------------------------
+
+
+def _clock(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def progress_line(p: Progress, width: int = 24) -> str:
+    """`sweeping [#####-----]  37/120 cells  4.2 cells/s  0:00:19 left` (cells finished
+    by an earlier run count as done; the rate is this run's)."""
+    finished = p.skipped + p.done
+    filled = round(width * finished / p.total) if p.total else width
+    bar = "#" * filled + "-" * (width - filled)
+    rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+    left = _clock(p.remaining / rate) if rate > 0 else "-:--:--"
+    return f"sweeping [{bar}] {finished}/{p.total} cells  {rate:.1f} cells/s  {left} left"
+
+
+class ProgressBar:
+    """Redraws one line on a terminal, at most ten times a second (and at the end)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, p: Progress) -> None:
+        now = time.monotonic()
+        if p.remaining and now - self.last < 0.1:
+            return
+        self.last = now
+        self.stream.write("\r" + progress_line(p) + "\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# -- sweep ----------------------------------------------------------------------------------
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def _summary_lines(result: SweepResult, workers: str) -> list[str]:
+    line = f"sweep: {result.cells} cell(s), {result.skipped} finished before"
+    if result.removed_leftovers:
+        line += f" ({result.removed_leftovers} partial file(s) removed)"
+    line += f", {result.computed} computed"
+    if result.computed:
+        line += (
+            f" in {result.seconds:.1f} s: {result.cells_per_s:.1f} cells/s, "
+            f"{result.requests_per_s:,.0f} requests/s on {workers}"
+        )
+        peaks = sorted(result.peak_rss.values())
+        if peaks:
+            line += f"; peak memory per worker {_mib(peaks[-1])}"
+            if len(peaks) > 1:
+                line += f" (lowest {_mib(peaks[0])})"
+    return [line]
+
+
+#: Cells listed in the printed table at most (all of them are in cells.parquet).
+TABLE_LIMIT = 40
+
+
+def _table(cells: Any) -> str:
+    """Per cell: policy, grid values, cost, compactions, overflows, breaker trips."""
+    from reports.sweep_charts import grid_keys
+    from simulator.outputs import text_table
+
+    keys = grid_keys(cells)
+    frame = cells
+    note = ""
+    if frame.height > TABLE_LIMIT:
+        frame = frame.sort("cost_total", nulls_last=True).head(TABLE_LIMIT)
+        note = f"({TABLE_LIMIT} cheapest of {cells.height} cells; all in cells.parquet)\n"
+    header = ["policy", "params", *keys, "cost $", "compactions", "overflows", "trips"]
+    rows = []
+    for r in frame.iter_rows(named=True):
+        cost = r["cost_total"]
+        rows.append(
+            [
+                r["policy"],
+                r["params_hash"],
+                *(_shown(r[k]) for k in keys),
+                "-" if cost is None else f"{cost:,.4f}",
+                *(
+                    "-" if r[c] is None else f"{r[c]:,}"
+                    for c in ("compactions", "overflows", "breaker_trips")
+                ),
+            ]
+        )
+    return "\n".join(text_table(header, rows, left=2 + len(keys))) + "\n" + note
+
+
+def _shown(value: Any) -> str:
+    """A grid value as it would be typed: JSON, except plain strings."""
+    import orjson
+
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _write_charts(out: Path, cells: Any, manifest: dict[str, Any]) -> int:
+    """charts/ of the sweep (stale ones from an earlier grid removed); returns how many."""
+    from reports.sweep_charts import sweep_charts
+
+    defaults: dict[str, dict[str, Any]] = {}
+    for entry in manifest["cells"]:
+        defaults.setdefault(entry["policy"], {}).update(entry.get("defaults", {}))
+    files = sweep_charts(cells, defaults)
+    charts = out / "charts"
+    if charts.is_dir():
+        for old in charts.glob("*.png"):
+            if f"charts/{old.name}" not in files and old.name.startswith(("param-", "heatmap-")):
+                old.unlink()
+    for name, data in sorted(files.items()):
+        _write(out / name, data)
+    return len(files)
+
+
+@click.command()
+@_paths
+@click.option(
+    "--config",
+    "sweep_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A TOML sweep file (policies, params, grid, seed, cache); options add to it.",
+)
+@click.option(
+    "--policy",
+    "policy_names",
+    multiple=True,
+    help="Policy: a registered name or a variant .toml file (repeatable; default claude-code).",
+)
+@click.option(
+    "-P",
+    "--param",
+    "params",
+    multiple=True,
+    metavar="[POLICY:]KEY=VALUE",
+    help="A fixed parameter of every cell; VALUE is JSON when it parses (repeatable).",
+)
+@click.option(
+    "--grid",
+    "-G",
+    "grids",
+    multiple=True,
+    metavar="[POLICY:]KEY=VALUES",
+    help="Swept parameter: v1,v2,... (JSON values), a JSON array, or START:STOP:STEP "
+    "(STOP included when on the grid). Repeatable: the cells are the product.",
+)
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory."
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["process", "ray"]),
+    default="process",
+    show_default=True,
+    help="A local process pool, or Ray (a local instance, or the cluster at --address).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(0),
+    default=0,
+    help="Workers (0: every core; with Ray, every CPU of the cluster).",
+)
+@click.option("--address", help="Ray cluster address (with --executor ray), e.g. auto.")
+@click.option(
+    "--cache",
+    type=click.Choice(CACHE_CHOICES),
+    default=None,
+    help="Prompt-cache model (default: the sweep file's, else auto).",
+)
+@click.option("--seed", type=int, default=None, help="Seed for policies (default 0).")
+@click.option("--no-charts", is_flag=True, help="Write the dataset and manifest only.")
+@_lenient
+@_no_cache
+@_jobs
+def sweep(
+    src: tuple[Path, ...],
+    sweep_file: Path | None,
+    policy_names: tuple[str, ...],
+    params: tuple[str, ...],
+    grids: tuple[str, ...],
+    out: Path,
+    executor: str,
+    workers: int,
+    address: str | None,
+    cache: str | None,
+    seed: int | None,
+    no_charts: bool,
+    lenient: bool,
+    no_cache: bool,
+    jobs: int,
+) -> None:
+    """Replay traces under every combination of policies and parameter values.
+
+    One cell per policy spec, over every session; each cell's rows go to
+    OUT/data/policy=<name>/params_hash=<hash>/part-0.parquet (a hive-partitioned dataset),
+    with OUT/sweep.json (the manifest), OUT/cells.parquet (one row per cell) and charts/.
+    Rerunning skips finished cells, so a sweep that was stopped resumes where it was.
+    """
+    from simulator import sweep as sw
+
+    if address is not None and executor != "ray":
+        _fail("--address needs --executor ray")
+    try:
+        config = sw.load_sweep_file(sweep_file) if sweep_file else sw.SweepConfig()
+        command = sw.SweepConfig(
+            policies=policy_names,
+            params=tuple(_fixed(params)),
+            grid=tuple(sw.parse_grid(g) for g in grids),
+            seed=seed,
+            cache=cache,
+        )
+        config = config.merged(command)
+        if config.cache is not None and config.cache not in CACHE_CHOICES:
+            _fail(f"cache {config.cache!r}: one of {', '.join(CACHE_CHOICES)}")
+        cells = sw.build_cells(config)
+    except sw.SweepError as exc:
+        _fail(str(exc))
+    named = _traces(src, lenient, no_cache, jobs)
+    settings = sw.SweepSettings(
+        named, seed=config.seed or 0, cache=config.cache or "auto", lenient=lenient
+    )
+    bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        result = sw.run_sweep(
+            out,
+            cells,
+            config,
+            settings,
+            executor_name=executor,
+            workers=workers,
+            address=address,
+            progress=bar,
+        )
+    except sw.SweepError as exc:
+        if bar is not None:
+            bar.close()
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        click.echo(f"interrupted: finished cells are kept in {out}; rerun to resume", err=True)
+        sys.exit(130)
+    if bar is not None:
+        bar.close()
+    import polars as pl
+
+    table = pl.read_parquet(out / sw.CELLS_FILE)
+    if executor == "ray":
+        where = "Ray" + (f" at {address}" if address else " (local)")
+    else:
+        where = f"{workers or sw.default_workers()} process(es)"
+    for line in _summary_lines(result, where):
+        click.echo(line)
+    if table.height:
+        click.echo(_table(table), nl=False)
+    written = [f"{sw.DATA_DIR}/ ({table.height} file(s))", sw.MANIFEST_FILE, sw.CELLS_FILE]
+    if not no_charts and table.height:
+        written.append(f"{_write_charts(out, table, result.manifest)} chart(s)")
+    click.echo(f"wrote {', '.join(written)} to {out}")
+
+
+# -- tune -----------------------------------------------------------------------------------
+
+
+def _tune_report(result: TuneResult, objective: str) -> list[str]:
+    from simulator.tune import METRICS
+
+    def shown(figures: dict[str, Any]) -> str:
+        parts = []
+        for name in ("cost", "compactions", "overflows", "breaker_trips"):
+            value = figures.get(name)
+            if value is None:
+                parts.append(f"{name} -")
+            elif name == "cost":
+                parts.append(f"cost ${value:,.4f}")
+            else:
+                parts.append(f"{name.replace('_', ' ')} {value:,}")
+        if objective not in ("cost", "compactions", "overflows", "breaker_trips"):
+            parts.append(f"{objective} {figures.get(objective)}")
+        return "  ".join(parts)
+
+    def values(params: dict[str, Any]) -> str:
+        return "  ".join(f"{k}={v}" for k, v in params.items())
+
+    total = result.trials.height
+    lines = [f"study {result.study}: {total} trial(s), {result.new_trials} new"]
+    if result.stale_failed:
+        lines[0] += f" ({result.stale_failed} left running by a stopped run marked failed)"
+    best = result.best
+    if best is None:
+        lines.append("no trial meets the constraints")
+    else:
+        params = {k: best[k] for k in result.shipped}
+        lines.append(f"best (trial {best['trial']}): {values(params)}")
+        lines.append("  " + shown({name: best[name] for name in METRICS}))
+    lines.append(f"shipped: {values(result.shipped)}")
+    lines.append("  " + shown(result.baseline))
+    return lines
+
+
+@click.command()
+@_paths
+@click.option(
+    "--policy",
+    "policy_name",
+    default="claude-code",
+    show_default=True,
+    help="Policy to tune: a registered name or a variant .toml file.",
+)
+@click.option(
+    "--param",
+    "dimensions",
+    multiple=True,
+    required=True,
+    metavar="KEY=LOW:HIGH[:STEP]",
+    help="A tuned parameter: a range (integers when both ends are) or a list a,b,c.",
+)
+@click.option(
+    "-P",
+    "--fixed",
+    "fixed",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A fixed parameter of every trial; VALUE is JSON when it parses (repeatable).",
+)
+@click.option(
+    "--objective",
+    default="cost",
+    show_default=True,
+    help="The figure minimised: cost, compactions, overflows, breaker_trips, calls, "
+    "input_tokens, cache_hit_ratio, unpriced_calls.",
+)
+@click.option("--maximize", is_flag=True, help="Maximise the objective instead.")
+@click.option(
+    "--constraint",
+    "constraints",
+    multiple=True,
+    metavar="METRIC(=|<=|>=)VALUE",
+    help="A bound every candidate must meet, e.g. overflows=0 (repeatable).",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(0),
+    default=30,
+    show_default=True,
+    help="Trials to add to the study.",
+)
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory."
+)
+@click.option("--study", "study_name", help="Study name (default: derived from the settings).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed (sampler, policies).")
+@click.option(
+    "--cache",
+    type=click.Choice(CACHE_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Prompt-cache model.",
+)
+@_lenient
+@_no_cache
+@_jobs
+def tune(
+    src: tuple[Path, ...],
+    policy_name: str,
+    dimensions: tuple[str, ...],
+    fixed: tuple[str, ...],
+    objective: str,
+    maximize: bool,
+    constraints: tuple[str, ...],
+    trials: int,
+    out: Path,
+    study_name: str | None,
+    seed: int,
+    cache: str,
+    lenient: bool,
+    no_cache: bool,
+    jobs: int,
+) -> None:
+    """Tune a policy's parameters with Optuna: minimise the objective under constraints.
+
+    The study is kept in OUT/study.db (rerunning adds trials to it); prints the best
+    feasible parameters beside the shipped ones, and writes OUT/trials.parquet and
+    OUT/trials.png.
+    """
+    from reports.sweep_charts import trials_chart
+    from simulator import tune as tn
+    from simulator.outputs import parquet_bytes
+    from simulator.sweep import SweepError
+
+    parsed = _fixed(fixed)
+    if any(scope is not None for scope, _, _ in parsed):
+        _fail("-P: a tuned policy's fixed parameters take no POLICY: prefix")
+    try:
+        spec = tn.TuneSpec(
+            policy=policy_name,
+            dimensions=tuple(tn.parse_dimension(d) for d in dimensions),
+            objective=objective,
+            maximize=maximize,
+            constraints=tuple(tn.parse_constraint(c) for c in constraints),
+            params=tuple((k, v) for _, k, v in parsed),
+            seed=seed,
+            cache=cache,
+        )
+    except (tn.TuneError, SweepError) as exc:
+        _fail(str(exc))
+    named = _traces(src, lenient, no_cache, jobs)
+    bar: Any = None
+    if sys.stderr.isatty() and trials > 1:
+        bar = click.progressbar(length=trials, label="tuning", file=sys.stderr, show_pos=True)
+        bar.__enter__()
+
+    def step(_done: int, _total: int) -> None:
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        result = tn.tune(named, spec, out, trials, study_name=study_name, on_trial=step)
+    except tn.TuneError as exc:
+        _fail(str(exc))
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    _write(out / tn.TRIALS_FILE, parquet_bytes(result.trials))
+    chart = trials_chart(
+        result.trials,
+        objective,
+        [d.key for d in spec.dimensions],
+        baseline=_float(result.baseline.get(objective)),
+        shipped=result.shipped,
+    )
+    _write(out / tn.CHART_FILE, chart)
+    for line in _tune_report(result, objective):
+        click.echo(line)
+    click.echo(f"wrote {tn.STUDY_FILE}, {tn.TRIALS_FILE}, {tn.CHART_FILE} to {out}")
+    if result.best is None and result.trials.height:
+        sys.exit(1)
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)

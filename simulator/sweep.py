@@ -1,0 +1,891 @@
+"""Batch sweeps: the product of policies and parameter values, replayed over a trace set.
+
+A *cell* is one policy spec (a policy with every parameter fixed) replayed over every
+session of every trace: one task, one Parquet file. Per (spec, trace) tasks would balance
+load more finely, but a cell over the whole trace set already takes tens of milliseconds
+to seconds, a sweep has many more cells than workers, and one file per cell keeps the
+dataset small and resume simple.
+
+Layout of a sweep directory:
+
+    DIR/sweep.json                                          the manifest
+    DIR/data/policy=<label>/params_hash=<hash>/part-0.parquet  one cell's rows
+
+The partition keys are also columns of every file (the rows of `simulator.replay.replay`,
+sorted), so polars and DuckDB read the dataset with hive partitioning and no schema: a
+hash of digits only is read from the file as a string, never guessed to be an integer.
+
+Resume: a cell's file is written to a temporary name and renamed, so it exists only
+complete; a rerun skips every cell whose file is there (and ends with the same bytes as
+an uninterrupted run: files depend only on the spec, the traces and the run settings,
+never on the executor, the worker count or the order cells finish in). The manifest
+records the settings, and a directory holding a sweep over other traces or settings is
+refused rather than mixed.
+
+Executors: a local process pool (the default) or Ray. Like any process pool, a script that
+calls `run_sweep` must do so under `if __name__ == "__main__":` (workers import the main
+module). Both load the traces once per
+worker: the pool passes them to each worker's initializer, Ray puts them in the object
+store once and hands the reference to one actor per worker. Workers return each cell's
+bytes; the driver writes them, so Ray workers on other machines need no shared disk.
+"""
+
+from __future__ import annotations
+
+import decimal
+import hashlib
+import itertools
+import multiprocessing
+import os
+import re
+import sys
+import tempfile
+import time
+import tomllib
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from simulator import policy as registry
+from simulator.model import Trace
+from simulator.outputs import (
+    LOSS_SUMMARY,
+    REQUEST_ORDER,
+    SUMMARY_COLUMNS,
+    _summary_aggs,
+    ctxsim_version,
+    json_bytes,
+    parquet_bytes,
+    policy_entry,
+    trace_entry,
+)
+from simulator.policy import Policy, PolicyError, PolicySpec
+from simulator.replay import ReplayOptions, default_prices, replay
+from simulator.variants import Variant, build_variant, load_variant
+
+MANIFEST_FILE = "sweep.json"
+CELLS_FILE = "cells.parquet"
+DATA_DIR = "data"
+PART_FILE = "part-0.parquet"
+EXECUTORS = ("process", "ray", "serial")
+#: A range longer than this is a typo (0:1e9:1), not a grid.
+MAX_VALUES = 100_000
+
+NamedTraces = Sequence[tuple[str, Trace]]
+#: ([POLICY:]KEY, value or values) as given: scope None applies to every selected policy.
+Scoped = tuple[str | None, str, Any]
+
+
+class SweepError(ValueError):
+    """A bad grid, sweep file or sweep directory: one line for the user."""
+
+
+# -- grid values ----------------------------------------------------------------------------
+
+_NUMBER = r"[-+]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_RANGE = re.compile(rf"\s*({_NUMBER})\s*:\s*({_NUMBER})\s*:\s*({_NUMBER})\s*")
+
+
+def _json_or_text(text: str) -> Any:
+    """A JSON value when the text is one (8000, true, null, "x"), else the text itself."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def _decimal(text: str) -> decimal.Decimal:
+    return decimal.Decimal(text.replace("_", ""))
+
+
+def range_values(start: str, stop: str, step: str) -> list[Any]:
+    """START..STOP by STEP, STOP included when it lands on the grid.
+
+    Exact decimal arithmetic, so 0.1:0.5:0.1 gives 0.1, 0.2, 0.3, 0.4, 0.5 and not
+    0.30000000000000004; integers stay integers when all three are written as integers.
+    """
+    try:
+        a, b, s = _decimal(start), _decimal(stop), _decimal(step)
+    except decimal.InvalidOperation:
+        raise SweepError(f"{start}:{stop}:{step}: not numbers") from None
+    if not (a.is_finite() and b.is_finite() and s.is_finite()) or s <= 0:
+        raise SweepError(f"{start}:{stop}:{step}: the step must be a positive number")
+    if b < a:
+        raise SweepError(f"{start}:{stop}:{step}: the range is empty (stop below start)")
+    count = int((b - a) // s) + 1
+    if count > MAX_VALUES:
+        raise SweepError(f"{start}:{stop}:{step}: {count:,} values (at most {MAX_VALUES:,})")
+    integral = all(re.fullmatch(r"[-+]?[\d_]+", t.strip()) for t in (start, stop, step))
+    values = [a + i * s for i in range(count)]
+    return [int(v) for v in values] if integral else [float(v) for v in values]
+
+
+def parse_values(text: str) -> list[Any]:
+    """`START:STOP:STEP`, a JSON array (`[1, [2, 3]]`), or `v1,v2,...` (each a JSON value
+    or plain text). Repeated values are kept once, in order of first appearance."""
+    raw = text.strip()
+    if not raw:
+        raise SweepError("no values")
+    match = _RANGE.fullmatch(raw)
+    if match:
+        values = range_values(*match.groups())
+    elif raw.startswith("["):
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise SweepError(f"{raw}: not a JSON array") from None
+        if not isinstance(parsed, list) or not parsed:
+            raise SweepError(f"{raw}: expected a non-empty JSON array")
+        values = parsed
+    else:
+        items = [item.strip() for item in raw.split(",")]
+        if any(not item for item in items):
+            raise SweepError(f"{raw}: an empty value in the list")
+        values = [_json_or_text(item) for item in items]
+    return _unique(values)
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
+    seen: set[bytes] = set()
+    out = []
+    for value in values:
+        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        if key not in seen:
+            seen.add(key)
+            out.append(value)
+    return out
+
+
+def split_key(text: str, what: str) -> tuple[str | None, str, str]:
+    """`[POLICY:]KEY=REST` into (policy or None, key, rest)."""
+    key, sep, rest = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise SweepError(f"{what} {text!r}: expected [POLICY:]KEY=VALUES")
+    scope: str | None = None
+    if ":" in key:
+        scope, key = (part.strip() for part in key.split(":", 1))
+        if not scope or not key:
+            raise SweepError(f"{what} {text!r}: expected POLICY:KEY=VALUES")
+    return scope, key, rest
+
+
+def parse_grid(text: str) -> Scoped:
+    """One `--grid [POLICY:]KEY=VALUES` option: (policy or None, key, list of values)."""
+    scope, key, rest = split_key(text, "--grid")
+    try:
+        return scope, key, parse_values(rest)
+    except SweepError as exc:
+        raise SweepError(f"--grid {key}: {exc}") from None
+
+
+# -- the sweep definition -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What to sweep: policies (names or variant files), fixed parameters and the grid."""
+
+    policies: tuple[str, ...] = ()
+    params: tuple[Scoped, ...] = ()
+    grid: tuple[Scoped, ...] = ()
+    seed: int | None = None
+    cache: str | None = None
+
+    def merged(self, other: SweepConfig) -> SweepConfig:
+        """`other` (the command line) over self (a sweep file): policies are added, a
+        parameter or grid key given again is replaced, seed and cache override."""
+
+        def over(base: tuple[Scoped, ...], top: tuple[Scoped, ...]) -> tuple[Scoped, ...]:
+            keys = {(s, k) for s, k, _ in top}
+            return (*(e for e in base if (e[0], e[1]) not in keys), *top)
+
+        return SweepConfig(
+            policies=tuple(dict.fromkeys((*self.policies, *other.policies))),
+            params=over(self.params, other.params),
+            grid=over(self.grid, other.grid),
+            seed=other.seed if other.seed is not None else self.seed,
+            cache=other.cache if other.cache is not None else self.cache,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The definition for the manifest (grid values in full, in order)."""
+
+        def named(entries: tuple[Scoped, ...]) -> dict[str, Any]:
+            return {(f"{s}:{k}" if s else k): v for s, k, v in entries}
+
+        return {
+            "policies": list(self.policies),
+            "params": named(self.params),
+            "grid": named(self.grid),
+        }
+
+
+def _file_values(name: str, value: Any) -> list[Any]:
+    """A grid entry of a sweep file: an array, "START:STOP:STEP" or "a,b", a table
+    {start, stop, step}, or one value."""
+    if isinstance(value, list):
+        if not value:
+            raise SweepError(f"grid {name!r}: an empty list")
+        return _unique(value)
+    if isinstance(value, str):
+        return parse_values(value)
+    if isinstance(value, dict):
+        if set(value) != {"start", "stop", "step"}:
+            raise SweepError(f"grid {name!r}: a table needs exactly start, stop and step")
+        return range_values(*(str(value[k]) for k in ("start", "stop", "step")))
+    return [value]
+
+
+def _scoped(name: str) -> tuple[str | None, str]:
+    scope, sep, key = name.partition(":")
+    return (scope, key) if sep else (None, name)
+
+
+def load_sweep_file(path: Path) -> SweepConfig:
+    """Read a TOML sweep file: `policies`, `seed`, `cache`, `[params]` and `[grid]`.
+
+    Variant files named in `policies` are relative to the sweep file. Errors name the
+    file and what is wrong.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SweepError(f"{path.name}: cannot read sweep file: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SweepError(f"{path.name}: not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"policies", "params", "grid", "seed", "cache"})
+    if unknown:
+        raise SweepError(f"{path.name}: unknown key {unknown[0]!r} in sweep file")
+    policies = data.get("policies", [])
+    if isinstance(policies, str):
+        policies = [policies]
+    if not isinstance(policies, list) or not all(isinstance(p, str) for p in policies):
+        raise SweepError(f"{path.name}: `policies` must be a list of names")
+    resolved = [str(path.parent / p) if p.endswith(".toml") else p for p in policies]
+    params, grid = data.get("params", {}), data.get("grid", {})
+    if not isinstance(params, dict) or not isinstance(grid, dict):
+        raise SweepError(f"{path.name}: [params] and [grid] must be tables")
+    seed = data.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise SweepError(f"{path.name}: `seed` must be an integer")
+    cache = data.get("cache")
+    if cache is not None and not isinstance(cache, str):
+        raise SweepError(f"{path.name}: `cache` must be a string")
+    try:
+        grid_entries = tuple((*_scoped(k), _file_values(k, v)) for k, v in grid.items())
+    except SweepError as exc:
+        raise SweepError(f"{path.name}: {exc}") from None
+    return SweepConfig(
+        policies=tuple(resolved),
+        params=tuple((*_scoped(k), v) for k, v in params.items()),
+        grid=grid_entries,
+        seed=seed,
+        cache=cache,
+    )
+
+
+# -- cells ----------------------------------------------------------------------------------
+
+
+def _partition(value: str) -> str:
+    """A hive partition value: percent-encoded where a path or a reader would trip."""
+    return urllib.parse.quote(value, safe="@.+-_~")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One policy spec of the sweep, with the grid values that made it."""
+
+    spec: PolicySpec
+    #: (key, value) of every grid parameter of this cell, in grid order.
+    values: tuple[tuple[str, Any], ...]
+    #: (key, value) the policy would have without the grid (its shipped value), per key.
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.spec.label, self.spec.param_hash)
+
+    @property
+    def path(self) -> str:
+        """The cell's file, relative to the sweep directory."""
+        label, digest = self.key
+        return f"{DATA_DIR}/policy={_partition(label)}/params_hash={digest}/{PART_FILE}"
+
+    def entry(self) -> dict[str, Any]:
+        """What the manifest says about the cell."""
+        return {
+            "policy": self.spec.label,
+            "params_hash": self.spec.param_hash,
+            "grid": dict(self.values),
+            "defaults": dict(self.defaults),
+            "spec": policy_entry(self.spec),
+            "path": self.path,
+        }
+
+
+def _base(name: str, variants: dict[str, Variant]) -> type[Policy]:
+    return registry.get(variants[name].extends if name in variants else name)
+
+
+def _applies(scope: str | None, key: str, name: str, cls: type[Policy], alone: bool) -> bool:
+    """Whether a parameter goes to this policy: scoped to it, or unscoped and either the
+    only policy (so a typo fails there with a hint) or one that has the parameter."""
+    return scope == name or (scope is None and (alone or key in cls.defaults))
+
+
+def build_cells(config: SweepConfig) -> list[Cell]:
+    """Every cell of the sweep: per policy, the product of the grid values that apply to
+    it; each built once, so a bad parameter fails here with a did-you-mean hint."""
+    names = list(config.policies) or ["claude-code"]
+    variants: dict[str, Variant] = {}
+    labels = []
+    try:
+        for name in names:
+            if name.endswith(".toml"):
+                variant = load_variant(Path(name))
+                variants[variant.name] = variant
+                labels.append(variant.name)
+            else:
+                labels.append(name)
+        labels = list(dict.fromkeys(labels))
+        classes = {name: _base(name, variants) for name in labels}
+        alone = len(labels) == 1
+        for scope, key, value in (*config.params, *config.grid):
+            if scope is not None and scope not in classes:
+                raise SweepError(f"{scope}:{key}: policy {scope!r} is not selected")
+            if scope is None and not any(key in c.defaults for c in classes.values()):
+                if alone:
+                    continue  # building it below fails with the hint
+                cls = next(iter(classes.values()))
+                cls(**{key: value if not isinstance(value, list) else value[0]})
+        cells: dict[tuple[str, str], Cell] = {}
+        for name in labels:
+            cls = classes[name]
+            fixed = {k: v for s, k, v in config.params if _applies(s, k, name, cls, alone)}
+            axes = [(k, v) for s, k, v in config.grid if _applies(s, k, name, cls, alone)]
+            shipped = {**cls.defaults, **(variants[name].params if name in variants else {})}
+            shipped.update(fixed)
+            defaults = tuple((k, shipped.get(k)) for k, _ in axes)
+            for combo in itertools.product(*(values for _, values in axes)):
+                values = tuple(zip((k for k, _ in axes), combo, strict=True))
+                params = {**fixed, **dict(values)}
+                if name in variants:
+                    built = build_variant(variants[name], params)
+                else:
+                    built = registry.build(name, params)
+                cell = Cell(built.spec(), values, defaults)
+                cells.setdefault(cell.key, cell)
+    except PolicyError as exc:
+        raise SweepError(str(exc)) from None
+    return list(cells.values())
+
+
+# -- workers --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CellOutput:
+    """What a worker hands back for one cell: the file's bytes and a few figures."""
+
+    key: tuple[str, str]
+    data: bytes
+    rows: int
+    requests: int
+    seconds: float
+    pid: int
+    #: The worker's peak resident memory so far, in bytes.
+    peak_rss: int
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (ru_maxrss: KiB on Linux, bytes on macOS;
+    0 where there is no `resource` module)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+class Worker:
+    """Replays cells over traces it holds: made once per worker process or Ray actor."""
+
+    def __init__(self, traces: NamedTraces, options: ReplayOptions) -> None:
+        self.traces = list(traces)
+        self.options = options
+        registry.names()  # load every registered policy now, not in the first cell
+
+    def run(self, spec: PolicySpec) -> CellOutput:
+        start = time.perf_counter()
+        frame = replay(self.traces, registry.from_spec(spec), self.options, default_prices())
+        frame = frame.sort(list(REQUEST_ORDER))
+        data = parquet_bytes(frame)
+        requests = int((frame["kind"] == "request").sum())
+        return CellOutput(
+            key=(spec.label, spec.param_hash),
+            data=data,
+            rows=frame.height,
+            requests=requests,
+            seconds=time.perf_counter() - start,
+            pid=os.getpid(),
+            peak_rss=peak_rss_bytes(),
+        )
+
+
+_WORKER: Worker | None = None
+
+
+def _init_worker(traces: NamedTraces, options: ReplayOptions) -> None:
+    """Process-pool initializer: the traces arrive once per worker, never per cell."""
+    global _WORKER
+    _WORKER = Worker(traces, options)
+
+
+def _run_in_worker(spec: PolicySpec) -> CellOutput:
+    assert _WORKER is not None, "worker not initialised"
+    return _WORKER.run(spec)
+
+
+def start_method() -> str:
+    """forkserver where there is one, else spawn; never plain fork.
+
+    A process forked from a parent that has used polars inherits polars' thread pool in
+    a state whose threads do not exist and can hang on its first parallel operation
+    (tests and the CLI use polars before they sweep). The fork server is a fresh
+    interpreter, so its children start clean, yet fast: they are forked from it with the
+    engine and the registered policies already imported.
+    """
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def _preload() -> list[str]:
+    """Modules the fork server imports once for all workers: the engine and every module
+    registering policies (found through the entry points, as the registry finds them)."""
+    modules = ["simulator.sweep", "simulator.replay"]
+    modules += sorted({ep.module for ep in entry_points(group=registry.ENTRY_POINT_GROUP)})
+    return modules
+
+
+def default_workers() -> int:
+    """Every core this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+Execute = Callable[[list[PolicySpec]], Iterator[CellOutput]]
+
+
+def _serial(traces: NamedTraces, options: ReplayOptions) -> Execute:
+    def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
+        worker = Worker(traces, options)
+        for spec in specs:
+            yield worker.run(spec)
+
+    return run
+
+
+def _process_pool(traces: NamedTraces, options: ReplayOptions, workers: int) -> Execute:
+    def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
+        if not specs:
+            return
+        context = multiprocessing.get_context(start_method())
+        if context.get_start_method() == "forkserver":
+            context.set_forkserver_preload(_preload())
+        pool = ProcessPoolExecutor(
+            max_workers=min(workers, len(specs)),
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(list(traces), options),
+        )
+        try:
+            futures: dict[Future[CellOutput], PolicySpec] = {
+                pool.submit(_run_in_worker, spec): spec for spec in specs
+            }
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(finished, key=lambda f: _order(futures[f])):
+                    try:
+                        yield future.result()
+                    except Exception as exc:
+                        raise SweepError(_cell_failure(futures[future], exc)) from exc
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    return run
+
+
+def _order(spec: PolicySpec) -> tuple[str, str]:
+    return (spec.label, spec.param_hash)
+
+
+def _cell_failure(spec: PolicySpec, exc: BaseException) -> str:
+    return f"cell {spec.label} {spec.param_hash} failed: {type(exc).__name__}: {exc}"
+
+
+class RayWorker(Worker):
+    """A Worker as a Ray actor (made remote when Ray is used, so Ray stays optional)."""
+
+
+def _ray(traces: NamedTraces, options: ReplayOptions, workers: int, address: str | None) -> Execute:
+    def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
+        if not specs:
+            return
+        try:
+            import ray  # type: ignore[import-not-found,unused-ignore]
+            from ray.util import ActorPool  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            raise SweepError("--executor ray needs Ray: pip install 'ctxsim[ray]'") from None
+        started = not ray.is_initialized()
+        if started:
+            kwargs: dict[str, Any] = {
+                "address": address,
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": "error",
+            }
+            if address is None and workers:
+                kwargs["num_cpus"] = workers
+            ray.init(**kwargs)
+        actors: list[Any] = []
+        try:
+            resources = ray.cluster_resources()  # type: ignore[no-untyped-call,unused-ignore]
+            cpus = max(1, int(resources.get("CPU", 1)))
+            count = min(workers, cpus) if workers else cpus  # an actor per CPU, at most
+            shared = ray.put(list(traces))  # once, in the object store
+            actor = ray.remote(num_cpus=1)(RayWorker)
+            # Ray hands each actor the stored traces (a top-level reference is resolved).
+            actors = [actor.remote(shared, options) for _ in range(min(count, len(specs)))]
+            pool = ActorPool(actors)
+            for spec in specs:
+                pool.submit(lambda a, s: a.run.remote(s), spec)
+            while pool.has_next():  # type: ignore[no-untyped-call,unused-ignore]
+                try:
+                    out: CellOutput = pool.get_next_unordered()
+                except Exception as exc:
+                    raise SweepError(f"a cell failed on Ray: {exc}") from exc
+                yield out
+        finally:
+            for a in actors:
+                ray.kill(a)
+            if started:
+                ray.shutdown()
+
+    return run
+
+
+def executor(
+    name: str,
+    traces: NamedTraces,
+    options: ReplayOptions,
+    *,
+    workers: int = 0,
+    address: str | None = None,
+) -> Execute:
+    """The function that runs cells: `process` (default), `ray`, or `serial` (here)."""
+    if name == "serial":
+        return _serial(traces, options)
+    if name == "process":
+        return _process_pool(traces, options, workers or default_workers())
+    if name == "ray":
+        return _ray(traces, options, workers, address)
+    raise SweepError(f"unknown executor {name!r} (one of {', '.join(EXECUTORS)})")
+
+
+# -- the sweep directory --------------------------------------------------------------------
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Temporary file in the same directory, fsync, rename: the file exists only whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def is_complete(path: Path) -> bool:
+    """A finished cell file: Parquet magic at both ends (renamed into place only whole;
+    this also catches a file truncated by something other than ctxsim)."""
+    try:
+        size = path.stat().st_size
+        if size < 12:
+            return False
+        with path.open("rb") as fh:
+            head = fh.read(4)
+            fh.seek(-4, os.SEEK_END)
+            tail = fh.read(4)
+    except OSError:
+        return False
+    return head == tail == b"PAR1"
+
+
+def remove_leftovers(out: Path) -> int:
+    """Temporary files of a sweep that was killed mid-write; returns how many."""
+    removed = 0
+    data = out / DATA_DIR
+    if data.is_dir():
+        for tmp in data.rglob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What, beside a cell's spec, its rows depend on: equal settings, equal files."""
+
+    traces: NamedTraces
+    seed: int = 0
+    cache: str = "auto"
+    lenient: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ctxsim_version": ctxsim_version(),
+            "prices": default_prices().version,
+            "seed": self.seed,
+            "cache": self.cache,
+            "lenient": self.lenient,
+            "traces": [trace_entry(name, trace) for name, trace in self.traces],
+        }
+
+
+def _read_manifest(out: Path) -> dict[str, Any] | None:
+    path = out / MANIFEST_FILE
+    if not path.exists():
+        return None
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise SweepError(f"{path}: not a sweep manifest ({exc})") from None
+    if not isinstance(data, dict) or "settings" not in data:
+        raise SweepError(f"{path}: not a sweep manifest")
+    return data
+
+
+def _settings_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    for key in new:
+        if old.get(key) != new[key]:
+            return key
+    return None
+
+
+def plan_manifest(
+    out: Path, cells: Sequence[Cell], config: SweepConfig, settings: SweepSettings
+) -> dict[str, Any]:
+    """The manifest for `out`: a new one, or the existing one extended by this sweep's
+    cells and grid. A directory swept with other settings is refused."""
+    wanted = settings.as_dict()
+    old = _read_manifest(out)
+    grids: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
+    if old is not None:
+        differs = _settings_difference(old["settings"], wanted)
+        if differs is not None:
+            raise SweepError(
+                f"{out} holds a sweep with other {differs.replace('_', ' ')}; "
+                "sweep into another directory"
+            )
+        grids = list(old.get("grids", []))
+        entries = list(old.get("cells", []))
+    grid = config.as_dict()
+    if grid not in grids:
+        grids.append(grid)
+    known = {(e["policy"], e["params_hash"]) for e in entries}
+    entries += [c.entry() for c in cells if c.key not in known]
+    return {
+        "format": "ctxsim-sweep 1",
+        "settings": wanted,
+        "grids": grids,
+        "dataset": {
+            "path": DATA_DIR,
+            "partitioning": ["policy", "params_hash"],
+            "files": f"{DATA_DIR}/policy=*/params_hash=*/{PART_FILE}",
+        },
+        "cells": entries,
+    }
+
+
+def final_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with every finished cell's row count and file digest, read from disk
+    (so a resumed sweep ends with the same manifest as an uninterrupted one)."""
+    cells = []
+    for entry in manifest["cells"]:
+        path = out / entry["path"]
+        entry = {k: v for k, v in entry.items() if k not in ("rows", "sha256")}
+        if is_complete(path):
+            data = path.read_bytes()
+            entry["sha256"] = hashlib.sha256(data).hexdigest()
+            entry["rows"] = _rows(path)
+        cells.append(entry)
+    return {**manifest, "cells": cells}
+
+
+def _rows(path: Path) -> int:
+    return int(pl.scan_parquet(path).select(pl.len()).collect().item())
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a running sweep is: for a progress bar."""
+
+    total: int  # cells in the sweep
+    skipped: int  # finished by an earlier run
+    done: int  # finished by this run
+    elapsed: float  # seconds since this run started computing
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.skipped - self.done
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did: cells, rows, time, and each worker's peak memory."""
+
+    cells: int
+    skipped: int
+    computed: int = 0
+    rows: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+    removed_leftovers: int = 0
+    #: Peak resident memory per worker process (pid -> bytes).
+    peak_rss: dict[int, int] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cells_per_s(self) -> float:
+        return self.computed / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_sweep(
+    out: Path,
+    cells: Sequence[Cell],
+    config: SweepConfig,
+    settings: SweepSettings,
+    *,
+    executor_name: str = "process",
+    workers: int = 0,
+    address: str | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> SweepResult:
+    """Replay every cell not finished yet into `out`; resumable at any point.
+
+    The manifest is written first (a killed sweep still says what it was), each cell's
+    file as soon as it is computed, and the manifest again at the end with the files'
+    digests.
+    """
+    manifest = plan_manifest(out, cells, config, settings)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / MANIFEST_FILE, json_bytes(manifest))
+    result = SweepResult(cells=len(cells), skipped=0, removed_leftovers=remove_leftovers(out))
+    todo = [c for c in cells if not is_complete(out / c.path)]
+    result.skipped = len(cells) - len(todo)
+    by_key = {c.key: c for c in todo}
+    options = ReplayOptions(cache=settings.cache, seed=settings.seed)
+    run = executor(executor_name, settings.traces, options, workers=workers, address=address)
+    start = time.perf_counter()
+    if progress is not None:
+        progress(Progress(len(cells), result.skipped, 0, 0.0))
+    for output in run([c.spec for c in todo]):
+        atomic_write(out / by_key[output.key].path, output.data)
+        result.computed += 1
+        result.rows += output.rows
+        result.requests += output.requests
+        result.peak_rss[output.pid] = max(result.peak_rss.get(output.pid, 0), output.peak_rss)
+        if progress is not None:
+            elapsed = time.perf_counter() - start
+            progress(Progress(len(cells), result.skipped, result.computed, elapsed))
+    result.seconds = time.perf_counter() - start
+    result.manifest = final_manifest(out, manifest)
+    atomic_write(out / MANIFEST_FILE, json_bytes(result.manifest))
+    atomic_write(out / CELLS_FILE, parquet_bytes(cells_frame(out, result.manifest)))
+    return result
+
+
+def scan(out: Path) -> pl.LazyFrame:
+    """The sweep's dataset, as any polars user would read it."""
+    return pl.scan_parquet(out / DATA_DIR / "**" / "*.parquet", hive_partitioning=True)
+
+
+#: Figures of a cell in cells.parquet: the run summary's, less the loss proxies (sweep
+#: rows do not carry them).
+CELL_FIGURES = tuple(c for c in SUMMARY_COLUMNS if c not in LOSS_SUMMARY)
+
+
+def _typed(values: list[Any]) -> pl.Series:
+    """A grid parameter's values as one typed column: integers, numbers, booleans or
+    strings when they are all of a kind, else their JSON text (None stays null)."""
+    present = [v for v in values if v is not None]
+    kinds = {type(v) for v in present}
+    if kinds <= {int}:
+        return pl.Series(values, dtype=pl.Int64)
+    if kinds <= {int, float}:
+        return pl.Series([None if v is None else float(v) for v in values], dtype=pl.Float64)
+    if kinds <= {bool}:
+        return pl.Series(values, dtype=pl.Boolean)
+    if kinds <= {str}:
+        return pl.Series(values, dtype=pl.String)
+    texts = [
+        None if v is None else orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode() for v in values
+    ]
+    return pl.Series(texts, dtype=pl.String)
+
+
+def cells_frame(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
+    """One row per finished cell, in manifest order: policy, params_hash, a column per grid
+    parameter (null where a cell's policy has no such axis) and the cell's figures over
+    all its rows (simulator/outputs.py SUMMARY_COLUMNS), aggregated from the dataset."""
+    entries = [e for e in manifest["cells"] if is_complete(out / e["path"])]
+    keys = list(dict.fromkeys(k for e in entries for k in e["grid"]))
+    base = pl.DataFrame(
+        {
+            "policy": pl.Series([e["policy"] for e in entries], dtype=pl.String),
+            "params_hash": pl.Series([e["params_hash"] for e in entries], dtype=pl.String),
+            **{k: _typed([e["grid"].get(k) for e in entries]) for k in keys},
+        }
+    )
+    aggs = [a for a in _summary_aggs(False) if a.meta.output_name() in CELL_FIGURES]
+    # One file at a time, whole: a float sum over one contiguous column is the same every
+    # time, where a scan of many files may split (and so round) it differently.
+    parts = [pl.read_parquet(out / e["path"]).rechunk().select(aggs) for e in entries]
+    if parts:
+        figures = pl.concat(parts, how="vertical")
+    else:
+        figures = pl.DataFrame(schema=_figure_schema(aggs))
+    return pl.concat([base, figures], how="horizontal")
+
+
+def _figure_schema(aggs: list[pl.Expr]) -> dict[str, Any]:
+    """The figures' columns and types, from the aggregation over no rows."""
+    empty = pl.DataFrame(schema={"kind": pl.String, "overflow": pl.Boolean, **_EMPTY})
+    return dict(empty.select(aggs).schema)
+
+
+_EMPTY: dict[str, Any] = {
+    c: pl.Int64
+    for c in ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output")
+} | {"breaker_trip": pl.Boolean, "cost_total": pl.Float64}

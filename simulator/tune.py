@@ -1,0 +1,453 @@
+"""Parameter tuning with Optuna: find a policy's cheapest configuration under constraints.
+
+A trial replays every session of the trace set under one configuration and records the
+run's figures (simulator/outputs.py `overall_summary`); the objective is one of them and
+constraints bound others (`overflows=0`: a configuration that overflows is not a
+candidate, however cheap). Optuna's TPE sampler steers by the constraints too
+(`constraints_func`), and the best configuration reported is the best *feasible* trial.
+
+The study lives in `DIR/study.db` (SQLite): rerunning the same command adds trials to the
+same study. Its name is derived from everything the trials depend on (policy, fixed
+parameters, search space, objective, constraints, traces, seed, cache), so changing any
+of them starts another study beside it instead of mixing incomparable trials; an explicit
+`--study` name with other settings is refused. The sampler is seeded with the seed and
+the number of trials already in the study: a run is deterministic, and a continuation
+does not replay the first run's random start-up points.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import polars as pl
+
+from simulator import policy as registry
+from simulator.model import Trace
+from simulator.outputs import overall_summary, policy_entry, trace_entry
+from simulator.policy import Policy, PolicyError
+from simulator.replay import ReplayOptions, default_prices, replay
+from simulator.sweep import SweepError, parse_values, split_key
+from simulator.variants import build_variant, load_variant
+
+if TYPE_CHECKING:
+    import optuna  # type: ignore[import-not-found,unused-ignore]
+
+STUDY_FILE = "study.db"
+TRIALS_FILE = "trials.parquet"
+CHART_FILE = "trials.png"
+
+#: Objective and constraint names -> the run-summary figure they read.
+METRICS = {
+    "cost": "cost_total",
+    "compactions": "compactions",
+    "overflows": "overflows",
+    "breaker_trips": "breaker_trips",
+    "calls": "calls",
+    "input_tokens": "input_tokens",
+    "cache_hit_ratio": "cache_hit_ratio",
+    "unpriced_calls": "unpriced_calls",
+}
+
+
+class TuneError(ValueError):
+    """A bad search space, constraint or study: one line for the user."""
+
+
+# -- search space and constraints -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One tuned parameter: an integer or float range (with an optional step) or a list of
+    choices."""
+
+    key: str
+    low: float = 0
+    high: float = 0
+    step: float | None = None
+    integer: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        if self.choices:
+            index = trial.suggest_categorical(self.key, list(range(len(self.choices))))
+            return self.choices[int(index)]
+        if self.integer:
+            return trial.suggest_int(
+                self.key, int(self.low), int(self.high), step=int(self.step or 1)
+            )
+        return trial.suggest_float(self.key, self.low, self.high, step=self.step)
+
+    def contains(self, value: Any) -> bool:
+        """Whether the sampler could propose `value` (used to enqueue the shipped one)."""
+        if self.choices:
+            return value in self.choices
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return False
+        if not self.low <= value <= self.high:
+            return False
+        if self.integer and value != int(value):
+            return False
+        step = self.step or (1 if self.integer else None)
+        return step is None or math.isclose(
+            (value - self.low) / step, round((value - self.low) / step)
+        )
+
+    def trial_value(self, value: Any) -> Any:
+        """What optuna stores for `value` (a choice is stored by its index)."""
+        return self.choices.index(value) if self.choices else value
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.choices:
+            return {"key": self.key, "choices": list(self.choices)}
+        return {
+            "key": self.key,
+            "low": self.low,
+            "high": self.high,
+            "step": self.step,
+            "integer": self.integer,
+        }
+
+
+_RANGE = re.compile(r"\s*([^:]+):([^:]+)(?::([^:]+))?\s*")
+
+
+def parse_dimension(text: str) -> Dimension:
+    """`KEY=LOW:HIGH[:STEP]` (integers when both ends are) or `KEY=a,b,c` / `KEY=[...]`."""
+    scope, key, rest = split_key(text, "--param")
+    if scope is not None:
+        raise TuneError(f"--param {text!r}: a tuned parameter takes no POLICY: prefix")
+    match = _RANGE.fullmatch(rest)
+    if match and not rest.strip().startswith("["):
+        low_text, high_text, step_text = match.groups()
+        try:
+            low, high = _number(low_text), _number(high_text)
+            step = _number(step_text) if step_text is not None else None
+        except ValueError:
+            raise TuneError(f"--param {key}: expected LOW:HIGH[:STEP] numbers") from None
+        if high <= low:
+            raise TuneError(f"--param {key}: HIGH must be above LOW")
+        if step is not None and step <= 0:
+            raise TuneError(f"--param {key}: STEP must be positive")
+        integer = all(isinstance(v, int) for v in (low, high, step) if v is not None)
+        return Dimension(key, low, high, step, integer)
+    try:
+        choices = parse_values(rest)
+    except SweepError as exc:
+        raise TuneError(f"--param {key}: {exc}") from None
+    if len(choices) < 2:
+        raise TuneError(f"--param {key}: give a range LOW:HIGH or at least two choices")
+    return Dimension(key, choices=tuple(choices))
+
+
+def _number(text: str) -> int | float:
+    cleaned = text.strip().replace("_", "")
+    try:
+        return int(cleaned)
+    except ValueError:
+        value = float(cleaned)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """`metric OP bound`; violation() is <= 0 exactly when the constraint holds."""
+
+    metric: str
+    op: str
+    bound: float
+
+    def violation(self, figures: dict[str, Any]) -> float:
+        value = figures[self.metric]
+        if value is None:
+            return math.inf
+        v = float(value)
+        if self.op == "=":
+            return abs(v - self.bound)
+        if self.op == "<=":
+            return v - self.bound
+        return self.bound - v
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.bound:g}"
+
+
+_CONSTRAINT = re.compile(r"\s*([a-z_]+)\s*(<=|>=|==|=)\s*([-+0-9.eE_]+)\s*")
+
+
+def parse_constraint(text: str) -> Constraint:
+    """`overflows=0`, `breaker_trips<=1`, `cache_hit_ratio>=0.8`."""
+    match = _CONSTRAINT.fullmatch(text)
+    if not match:
+        raise TuneError(f"--constraint {text!r}: expected METRIC=VALUE, METRIC<=VALUE or >=")
+    metric, op, raw = match.groups()
+    _check_metric(metric, "--constraint")
+    try:
+        bound = float(_number(raw))
+    except ValueError:
+        raise TuneError(f"--constraint {text!r}: {raw!r} is not a number") from None
+    return Constraint(metric, "=" if op == "==" else op, bound)
+
+
+def _check_metric(name: str, option: str) -> None:
+    if name not in METRICS:
+        raise TuneError(f"{option} {name!r}: one of {', '.join(METRICS)}")
+
+
+# -- the study ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """What is tuned and how: the policy, fixed parameters, space, objective, constraints."""
+
+    policy: str  # a registered name or a variant .toml file
+    dimensions: tuple[Dimension, ...]
+    objective: str = "cost"
+    maximize: bool = False
+    constraints: tuple[Constraint, ...] = ()
+    params: tuple[tuple[str, Any], ...] = ()
+    seed: int = 0
+    cache: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check_metric(self.objective, "--objective")
+        keys = [d.key for d in self.dimensions]
+        if not keys:
+            raise TuneError("nothing to tune: give --param KEY=LOW:HIGH")
+        if len(set(keys)) != len(keys):
+            raise TuneError(f"--param {keys[0]!r}: a parameter is given twice")
+        fixed = {k for k, _ in self.params} & set(keys)
+        if fixed:
+            raise TuneError(f"{sorted(fixed)[0]!r} is both tuned (--param) and fixed (-P)")
+
+    def build(self, values: dict[str, Any]) -> Policy:
+        """The policy with the fixed parameters, then `values`."""
+        params = {**dict(self.params), **values}
+        if self.policy.endswith(".toml"):
+            return build_variant(load_variant(Path(self.policy)), params)
+        return registry.build(self.policy, params)
+
+
+def figures(frame: pl.DataFrame) -> dict[str, Any]:
+    """The tunable figures of a replay (METRICS names)."""
+    summary = overall_summary(frame)
+    return {name: summary[column] for name, column in METRICS.items()}
+
+
+def _settings(spec: TuneSpec, traces: Sequence[tuple[str, Trace]]) -> dict[str, Any]:
+    base = spec.build({})
+    return {
+        "policy": policy_entry(base.spec()),
+        "fixed": dict(spec.params),
+        "space": [d.as_dict() for d in spec.dimensions],
+        "objective": spec.objective,
+        "direction": "maximize" if spec.maximize else "minimize",
+        "constraints": [str(c) for c in spec.constraints],
+        "seed": spec.seed,
+        "cache": spec.cache,
+        "prices": default_prices().version,
+        "traces": [trace_entry(name, trace) for name, trace in traces],
+    }
+
+
+def default_study_name(spec: TuneSpec, settings: dict[str, Any]) -> str:
+    digest = hashlib.sha256(orjson.dumps(settings, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    label = Path(spec.policy).stem if spec.policy.endswith(".toml") else spec.policy
+    return f"{label}-{spec.objective}-{digest[:10]}"
+
+
+@dataclass
+class TuneResult:
+    """A study after this run: its trials and the best feasible one."""
+
+    study: str
+    trials: pl.DataFrame
+    new_trials: int
+    best: dict[str, Any] | None
+    #: The figures of the policy as shipped (fixed parameters only, nothing tuned).
+    baseline: dict[str, Any] = field(default_factory=dict)
+    shipped: dict[str, Any] = field(default_factory=dict)
+    stale_failed: int = 0
+
+
+def _sampler_seed(seed: int, existing: int) -> int:
+    data = f"{seed}\0{existing}".encode()
+    return int.from_bytes(hashlib.sha256(data).digest()[:4], "little")
+
+
+def tune(
+    traces: Sequence[tuple[str, Trace]],
+    spec: TuneSpec,
+    out: Path,
+    trials: int,
+    *,
+    study_name: str | None = None,
+    on_trial: Callable[[int, int], None] | None = None,
+) -> TuneResult:
+    """Run `trials` more trials of the study in `out/study.db`; return every trial."""
+    try:
+        import optuna
+    except ImportError:
+        raise TuneError("tuning needs Optuna: pip install 'ctxsim[tune]'") from None
+    try:
+        base = spec.build({})
+        for d in spec.dimensions:  # every tuned key must exist (did-you-mean otherwise)
+            low = d.choices[0] if d.choices else (int(d.low) if d.integer else d.low)
+            spec.build({d.key: low})
+    except PolicyError as exc:
+        raise TuneError(str(exc)) from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    settings = _settings(spec, traces)
+    name = study_name or default_study_name(spec, settings)
+    out.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{(out / STUDY_FILE).resolve()}"
+    study = optuna.create_study(
+        storage=storage,
+        study_name=name,
+        load_if_exists=True,
+        direction="maximize" if spec.maximize else "minimize",
+    )
+    recorded = study.user_attrs.get("ctxsim")
+    if recorded is None:
+        study.set_user_attr("ctxsim", settings)
+    elif recorded != settings:
+        raise TuneError(f"study {name!r} in {out / STUDY_FILE} was run with other settings")
+    stale = [t.number for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
+    for number in stale:  # a run killed mid-trial: that trial will never finish
+        study.tell(number, state=optuna.trial.TrialState.FAIL)
+    existing = len(study.get_trials(deepcopy=False))
+    options = ReplayOptions(cache=spec.cache, seed=spec.seed)
+    prices = default_prices()
+    shipped = {d.key: base.params.get(d.key) for d in spec.dimensions}
+    if existing == 0 and all(d.contains(shipped[d.key]) for d in spec.dimensions):
+        # The shipped configuration is the first trial: the study starts from what is known.
+        study.enqueue_trial({d.key: d.trial_value(shipped[d.key]) for d in spec.dimensions})
+
+    # Optuna 5 reads constraints the trial sets itself; older ones ask a function.
+    per_trial = hasattr(optuna.trial.Trial, "set_constraint")
+
+    def constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+        values: Sequence[float] = trial.user_attrs.get("constraints", [math.inf])
+        return values
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.sampler = optuna.samplers.TPESampler(
+            seed=_sampler_seed(spec.seed, existing),
+            constraints_func=constraints if spec.constraints and not per_trial else None,
+        )
+
+    def objective(trial: optuna.Trial) -> float:
+        values = {d.key: d.suggest(trial) for d in spec.dimensions}
+        policy = spec.build(values)
+        found = figures(replay(list(traces), policy, options, prices))
+        trial.set_user_attr("params", values)
+        trial.set_user_attr("params_hash", policy.spec().param_hash)
+        trial.set_user_attr("figures", found)
+        violations = [c.violation(found) for c in spec.constraints]
+        trial.set_user_attr("constraints", violations)
+        if per_trial:
+            for c, v in zip(spec.constraints, violations, strict=True):
+                trial.set_constraint(str(c), v)
+        value = found[spec.objective]
+        if value is None:
+            raise TuneError(f"objective {spec.objective!r} is null (unpriced calls?)")
+        return float(value)
+
+    done = 0
+
+    def callback(_study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+        nonlocal done
+        done += 1
+        if on_trial is not None:
+            on_trial(done, trials)
+
+    if trials:
+        study.optimize(objective, n_trials=trials, callbacks=[callback], catch=())
+    frame = trials_frame(study.get_trials(deepcopy=False), spec)
+    baseline = figures(replay(list(traces), base, options, prices))
+    return TuneResult(
+        study=name,
+        trials=frame,
+        new_trials=done,
+        best=best_trial(frame, spec),
+        baseline=baseline,
+        shipped=shipped,
+        stale_failed=len(stale),
+    )
+
+
+def trials_frame(trials: Sequence[optuna.trial.FrozenTrial], spec: TuneSpec) -> pl.DataFrame:
+    """One row per trial: number, state, the tuned values, every figure, whether it meets
+    the constraints, and the best feasible objective up to it. No times: the same study
+    gives the same bytes."""
+    rows: list[dict[str, Any]] = []
+    best: float | None = None
+
+    def better(a: float, b: float) -> bool:
+        return a > b if spec.maximize else a < b
+
+    for t in sorted(trials, key=lambda t: t.number):
+        found: dict[str, Any] = t.user_attrs.get("figures", {})
+        values: dict[str, Any] = t.user_attrs.get("params", {})
+        violations: list[float] = t.user_attrs.get("constraints", [])
+        complete = t.state.name == "COMPLETE"
+        feasible = complete and all(v <= 0 for v in violations)
+        objective = t.value if complete else None
+        if feasible and objective is not None and (best is None or better(objective, best)):
+            best = objective
+        row = {"trial": t.number, "state": t.state.name.lower()}
+        row.update({d.key: values.get(d.key) for d in spec.dimensions})
+        row["objective"] = objective
+        row.update({name: found.get(name) for name in METRICS})
+        row["feasible"] = feasible
+        row["best_so_far"] = best if complete else None
+        row["params_hash"] = t.user_attrs.get("params_hash")
+        rows.append(row)
+    schema: dict[str, Any] = {"trial": pl.Int64, "state": pl.String}
+    for d in spec.dimensions:
+        schema[d.key] = _dimension_dtype(d, [r[d.key] for r in rows])
+    schema["objective"] = pl.Float64
+    for name in METRICS:
+        schema[name] = pl.Float64 if name in ("cost", "cache_hit_ratio") else pl.Int64
+    schema.update({"feasible": pl.Boolean, "best_so_far": pl.Float64, "params_hash": pl.String})
+    if any(schema[d.key] == pl.String for d in spec.dimensions):
+        for r in rows:
+            for d in spec.dimensions:
+                if schema[d.key] == pl.String and not isinstance(r[d.key], str | None):
+                    r[d.key] = orjson.dumps(r[d.key]).decode()
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _dimension_dtype(d: Dimension, values: list[Any]) -> Any:
+    if not d.choices:
+        return pl.Int64 if d.integer else pl.Float64
+    kinds = {type(v) for v in d.choices}
+    if kinds <= {bool}:
+        return pl.Boolean
+    if kinds <= {int}:
+        return pl.Int64
+    if kinds <= {int, float}:
+        return pl.Float64
+    return pl.String
+
+
+def best_trial(frame: pl.DataFrame, spec: TuneSpec) -> dict[str, Any] | None:
+    """The best feasible trial (the lowest number among equals), or None."""
+    feasible = frame.filter(pl.col("feasible"))
+    if feasible.is_empty():
+        return None
+    ordered = feasible.sort(["objective", "trial"], descending=[spec.maximize, False])
+    row: dict[str, Any] = ordered.row(0, named=True)
+    return row
