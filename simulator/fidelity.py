@@ -257,13 +257,25 @@ def _clip(name: str, width: int = 40) -> str:
 
 
 def _table(sessions: pl.DataFrame) -> list[str]:
-    header = ["trace", "session", "reqs", "matched", "recorded $", "simulated $", "error"]
+    header = [
+        "trace",
+        "session",
+        "reqs",
+        "matched",
+        "read err tok",
+        "write err tok",
+        "recorded $",
+        "simulated $",
+        "error",
+    ]
     rows = [
         [
             _clip(str(r["trace"])),
             _clip(str(r["session"])),
             f"{r['requests']:,}",
             _share(r["matched_share"]),
+            f"{r['sim_cache_read'] - r['rec_cache_read']:+,}",
+            f"{r['sim_cache_write'] - r['rec_cache_write']:+,}",
             _usd(r["rec_cost"]),
             _usd(r["sim_cost"]),
             _pct(r["err_cost_share"]),
@@ -271,6 +283,9 @@ def _table(sessions: pl.DataFrame) -> list[str]:
         for r in sessions.iter_rows(named=True)
     ]
     return text_table(header, rows, left=2)
+
+
+_TOKEN_TOTALS = ("sim_cache_read", "rec_cache_read", "sim_cache_write", "rec_cache_write")
 
 
 def render(sessions: pl.DataFrame, overall: dict[str, Any], n_worst: int = 5) -> str:
@@ -289,6 +304,15 @@ def render(sessions: pl.DataFrame, overall: dict[str, Any], n_worst: int = 5) ->
         f"whole-corpus cost error: {_pct(overall['corpus_cost_error'])} "
         f"(recorded ${overall['rec_cost']:,.4f}, simulated ${overall['sim_cost']:,.4f})"
     )
+    if sessions.height:
+        totals = {c: int(sessions[c].sum()) for c in _TOKEN_TOTALS}
+        read = totals["sim_cache_read"] - totals["rec_cache_read"]
+        write = totals["sim_cache_write"] - totals["rec_cache_write"]
+        rec_read, rec_write = totals["rec_cache_read"], totals["rec_cache_write"]
+        out.append(
+            f"whole-corpus token error: cache read {read:+,} ({read / max(rec_read, 1):+.2%}), "
+            f"cache write {write:+,} ({write / max(rec_write, 1):+.2%})"
+        )
     if overall.get("sessions_without_usage"):
         out.append(
             f"not compared: {overall['sessions_without_usage']:,} session(s) without recorded usage"

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 from simulator import policy as registry
 from simulator.cli import main
-from simulator.fidelity import compare, summarize, worst
+from simulator.fidelity import compare, render, summarize, worst
 from simulator.model import Kind, Role, Trace
 from simulator.replay import replay
 from traces import compiled
@@ -130,6 +130,12 @@ def test_a_mismatch_is_reported_with_its_size() -> None:
     assert row["err_cost_share"] == pytest.approx(-0.0069 / rec)
     assert overall["corpus_cost_error"] == pytest.approx(-0.0069 / rec)
     assert overall["sessions_within_tolerance"] == 0
+    text = render(sessions, overall)
+    assert "+2,000" in text and "-2,000" in text  # the session's read and write token error
+    rec_read = sum(u[1] for u in usage)
+    rec_write = sum(u[2] + u[3] for u in usage)
+    read, write = f"{2_000 / rec_read:+.2%}", f"{-2_000 / rec_write:+.2%}"
+    assert f"cache read +2,000 ({read}), cache write -2,000 ({write})" in text
 
 
 def test_match_tolerance_is_one_percent_of_recorded_context() -> None:
