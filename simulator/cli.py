@@ -6,9 +6,7 @@ traceback, and writes its outputs atomically.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from simulator.files import atomic_write
 from traces.errors import TraceError
 
 if TYPE_CHECKING:  # the commands import what they use lazily, to start fast
@@ -97,21 +96,6 @@ def _note_others(others: list[str]) -> None:
             f"(first: {others[0]})",
             err=True,
         )
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same directory, then rename: never half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @click.group()
@@ -221,7 +205,7 @@ def stats(
 
         buf = io.BytesIO()
         df.write_parquet(buf, statistics=False)
-        atomic_write_bytes(parquet, buf.getvalue())
+        atomic_write(parquet, buf.getvalue())
     click.echo(to_json(df) if as_json else render_table(df))
 
 
@@ -499,7 +483,7 @@ def run(
         lenient=lenient,
     )
     for name, data in outputs.files.items():
-        atomic_write_bytes(out / name, data)
+        atomic_write(out / name, data)
     written = list(outputs.files)
     if not no_report and outputs.requests.height:  # nothing to draw without a request
         written.append(_write_report(out, session_charts))
@@ -524,7 +508,7 @@ def _write_report(run_dir: Path, session_charts: int) -> str:
     for path in stale_charts(run_dir, files):
         path.unlink()
     for name, data in sorted(files.items()):
-        atomic_write_bytes(run_dir / name, data)
+        atomic_write(run_dir / name, data)
     charts = len(files) - 1
     return f"{REPORT_FILE} and {charts} chart(s)"
 
@@ -599,9 +583,9 @@ def compare(baseline: Path, candidate: Path, out: Path | None, **limits: str | N
     if out is not None:
         from reports.charts import compare_chart
 
-        atomic_write_bytes(out / "compare.md", text.encode("utf-8"))
+        atomic_write(out / "compare.md", text.encode("utf-8"))
         chart = compare_chart(base.requests, cand.requests, result.pairs)
-        atomic_write_bytes(out / "compare.png", chart)
+        atomic_write(out / "compare.png", chart)
     click.echo(text, nl=False)
     sys.exit(result.exit_code)
 
@@ -638,7 +622,7 @@ def fidelity(
             "fidelity_sessions.parquet": parquet_bytes(sessions),
         }
         for name, data in files.items():
-            atomic_write_bytes(out / name, data)
+            atomic_write(out / name, data)
     click.echo(render(sessions, overall), nl=False)
 
 

@@ -15,6 +15,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
+from simulator.files import atomic_write
+
 if TYPE_CHECKING:
     from simulator.sweep import Progress, SweepResult
     from simulator.tune import TuneResult
@@ -38,12 +40,6 @@ def _fail(message: str) -> None:
     from simulator.cli import _fail as fail
 
     fail(message)
-
-
-def _write(path: Path, data: bytes) -> None:
-    from simulator.cli import atomic_write_bytes
-
-    atomic_write_bytes(path, data)
 
 
 def _traces(src: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int) -> Any:
@@ -188,7 +184,7 @@ def _write_charts(out: Path, cells: Any, manifest: dict[str, Any]) -> int:
             if f"charts/{old.name}" not in files and old.name.startswith(("param-", "heatmap-")):
                 old.unlink()
     for name, data in sorted(files.items()):
-        _write(out / name, data)
+        atomic_write(out / name, data)
     return len(files)
 
 
@@ -500,7 +496,7 @@ def tune(
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
-    _write(out / tn.TRIALS_FILE, parquet_bytes(result.trials))
+    atomic_write(out / tn.TRIALS_FILE, parquet_bytes(result.trials))
     chart = trials_chart(
         result.trials,
         objective,
@@ -508,7 +504,7 @@ def tune(
         baseline=_float(result.baseline.get(objective)),
         shipped=result.shipped,
     )
-    _write(out / tn.CHART_FILE, chart)
+    atomic_write(out / tn.CHART_FILE, chart)
     for line in _tune_report(result, objective):
         click.echo(line)
     click.echo(f"wrote {tn.STUDY_FILE}, {tn.TRIALS_FILE}, {tn.CHART_FILE} to {out}")

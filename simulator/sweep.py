@@ -39,7 +39,6 @@ import multiprocessing
 import os
 import re
 import sys
-import tempfile
 import time
 import tomllib
 import urllib.parse
@@ -54,6 +53,7 @@ import orjson
 import polars as pl
 
 from simulator import policy as registry
+from simulator.files import atomic_write
 from simulator.model import Trace
 from simulator.outputs import (
     LOSS_SUMMARY,
@@ -604,21 +604,6 @@ def executor(
 
 
 # -- the sweep directory --------------------------------------------------------------------
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Temporary file in the same directory, fsync, rename: the file exists only whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def is_complete(path: Path) -> bool:
