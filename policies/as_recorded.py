@@ -13,13 +13,11 @@ from typing import ClassVar
 
 import numpy as np
 
+from policies.base import KEPT_WARM_MS
 from simulator.model import NEVER, Flag
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.prefix import PrefixState, infer
 from simulator.view import Breakpoint, View
-
-#: A shared prefix warmed by other sessions is taken to stay warm: far longer than any TTL.
-KEPT_WARM_MS = 10 * 365 * 24 * 3600 * 1000
 
 
 class _State(SessionPolicy):

@@ -14,12 +14,13 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
+from policies.calibration.summary import SUMMARY_CAP, summary_tokens
 from policies.conversation import Conversation
 from simulator.model import Flag
 from simulator.policy import Call, Emitter, SessionContext, SessionPolicy
 from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View, chain
 
-#: A shared prefix warmed by other sessions is taken to stay warm (see as-recorded).
+#: A shared prefix warmed by other sessions is taken to stay warm: far longer than any TTL.
 KEPT_WARM_MS = 10 * 365 * 24 * 3600 * 1000
 
 
@@ -66,6 +67,11 @@ class ConversationSession(SessionPolicy):
         self.since_last: list[int] = []
         self.call = Call("request", "", [], 0)
         self.warm_done = not bool(params.get("warm_start", True))
+        fixed = params.get("summary_tokens")
+        #: A fixed summary size (the `summary_tokens` parameter), else drawn (summary_size).
+        self.fixed_summary: int | None = None if fixed is None else int(fixed)
+        cap = params.get("summary_cap_tokens")
+        self.summary_cap = SUMMARY_CAP if cap is None else int(cap)
 
     # -- the request ------------------------------------------------------------------
 
@@ -124,17 +130,26 @@ class ConversationSession(SessionPolicy):
 
     def step(self, k: int, out: Emitter) -> None:
         self.sync(k)
+        self.warm_once(out)
+        self.transform(k, out)
+        view = self.conv.sync()
+        self.send(k, out, view, {"overflow": True} if view.total > self.window else {})
+
+    def warm_once(self, out: Emitter) -> None:
+        """Before the first request: the shared prefix is cached as the recording found it."""
         if not self.warm_done:
             view = self.conv.sync()
             for position in self.conv.warm:
                 out.warm(view, position, KEPT_WARM_MS)
             self.warm_done = True
-        self.transform(k, out)
-        view = self.conv.sync()
+
+    def send(self, k: int, out: Emitter, view: View, flags: dict[str, bool]) -> None:
+        """Emit recorded request k with `view`; its usage is what the next estimate
+        starts from."""
         call = self.call
         call.breakpoints = self.breakpoints(view, self.ttl(k)) if self.cache else []
         call.output_tokens = self.ctx.output[k]
-        call.flags = {"overflow": True} if view.total > self.window else {}
+        call.flags = flags
         call.cached = self.cache
         out.call(view, call)
         self.last_total = view.total
@@ -174,6 +189,13 @@ class ConversationSession(SessionPolicy):
             marks = [Breakpoint(len(view.ids) - 2, self.ttl(k))]
         out.call(view, Call("compaction", stage, marks, output_tokens, cached=cached))
         return view
+
+    def summary_size(self, pre_tokens: int) -> int:
+        """Tokens of a summary of `pre_tokens`: the fixed size if one is set, else a draw
+        from the calibration (policies/calibration) with the session's seeded rng."""
+        if self.fixed_summary is not None:
+            return self.fixed_summary
+        return summary_tokens(pre_tokens, self.ctx.rng, cap=self.summary_cap)
 
     def tokens(self, keys: Iterable[int]) -> int:
         conv = self.conv

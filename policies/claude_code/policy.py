@@ -22,16 +22,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from policies.base import ConversationSession
 from policies.calibration.summary import BEYOND_FILE_RULE, compaction_output_tokens
 from policies.claude_code.autocompact import Autocompact, Limits
 from policies.claude_code.budget import Budget
 from policies.claude_code.collapse import Collapse
 from policies.claude_code.microcompact import Microcompact
 from policies.claude_code.snip import Snip
-from policies.conversation import Conversation
-from simulator.model import Flag
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
-from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View, chain
+from simulator.view import Breakpoint, View, chain
 
 COMPACTABLE_TOOLS = [
     "Read",
@@ -44,8 +43,6 @@ COMPACTABLE_TOOLS = [
     "Edit",
     "Write",
 ]
-#: A shared prefix warmed by other sessions is taken to stay warm (see as-recorded).
-KEPT_WARM_MS = 10 * 365 * 24 * 3600 * 1000
 
 BASE: dict[str, Any] = {
     "cache.ttl": "recorded",  # "5m", "1h" or "recorded" (each request's recorded TTL)
@@ -102,84 +99,39 @@ BASE: dict[str, Any] = {
 }
 
 
-class _State(SessionPolicy):
+class _State(ConversationSession):
+    """The pipeline over the shared conversation mechanics (policies/base.py): history
+    sync, warm start, estimate, sending; the stages run between sync and send."""
+
     def __init__(self, ctx: SessionContext, p: dict[str, Any]) -> None:
-        self.ctx = ctx
-        self.p = p
-        self.conv = Conversation(ctx, prefix_resets=bool(p["prefix_resets"]))
-        self.budget = Budget(p)
+        self.budget = Budget(p)  # before the base syncs anything: on_enter uses it
+        super().__init__(ctx, p)
         self.snip = Snip(p)
         self.micro = Microcompact(p)
         self.collapse = Collapse(p)
         self.auto = Autocompact(p)
         self.limits: Limits = self.auto.limits(ctx.facts.window, ctx.facts.max_output)
-        self.schedule = ctx.history.logical
-        flags = ctx.session.blocks["flags"].tolist()
-        self.stripped = {b for b, f in enumerate(flags) if f & Flag.STRIPPED}
-        self.hidden: list[int] = ctx.session.blocks["hidden_from"].tolist()
-        self.ttl_param = str(p["cache.ttl"])
-        self.last_total: int | None = None  # input of the last request (its usage)
-        self.last_output = 0
-        self.since_last: list[int] = []  # items added since the last request
-        self.call = Call("request", "", [], 0)
-        self.warm_done = not bool(p["warm_start"])
         #: The user's own /compact commands are recorded actions: replayed as they were.
         self.manual = {e.request for e in ctx.session.events if e.trigger == "manual"}
 
-    def _ttl(self, k: int) -> int:
-        if self.ttl_param == "5m":
-            return FIVE_MINUTES
-        if self.ttl_param == "1h":
-            return ONE_HOUR
-        return self.ctx.recorded_ttl[k]
+    def on_enter(self, blocks: list[int]) -> None:
+        self.budget.on_enter(self.conv, blocks)
 
-    def _breakpoints(self, view: View, ttl: int, *, fork: bool = False) -> list[Breakpoint]:
+    def breakpoints(self, view: View, ttl: int, *, fork: bool = False) -> list[Breakpoint]:
         """System markers, then one message marker on the last item (a fork such as the
-        summary request marks the second-to-last: it reads the prefix, writes no tail)."""
+        summary request marks the second-to-last: it reads the prefix, writes no tail).
+        Unlike the base rule, the last item is marked even when it is in the prefix."""
         last = len(view.ids) - (2 if fork else 1)
         marks = [Breakpoint(p, ttl) for p in self.conv.marks if p <= last]
         if last >= 0 and (not marks or marks[-1].position < last):
             marks.append(Breakpoint(last, ttl))
         return marks
 
-    def estimate(self, k: int) -> int:
-        """Claude Code's estimate: last usage (input + output) plus length/4 of newer
-        messages (the previous response itself is in the last usage's output)."""
-        conv = self.conv
-        if self.last_total is None:
-            return conv.total()
-        newer = sum(
-            conv.estimate_chars(key) // 4
-            for key in self.since_last
-            if key < 0 or conv.origin[key] != k - 1
-        )
-        return self.last_total + self.last_output + newer
-
-    def _sync_history(self, k: int) -> None:
-        conv = self.conv
-        conv.reset_prefix(k)
-        rewound: set[int] = set()
-        for b in self.schedule.leave[k]:
-            if b in self.stripped and self.hidden[b] == k:
-                if b in conv.items:
-                    conv.edit_out(b)  # still sent, no longer counted: prefix unchanged
-            else:
-                rewound.add(b)
-        conv.remove_blocks(rewound)
-        entering = self.schedule.enter[k]
-        self.budget.on_enter(conv, entering)
-        conv.append(entering)
-        self.since_last.extend(entering)
-
     def step(self, k: int, out: Emitter) -> None:
         conv = self.conv
-        self._sync_history(k)
-        ttl = self._ttl(k)
-        if not self.warm_done:
-            view = conv.sync()
-            for position in conv.warm:
-                out.warm(view, position, KEPT_WARM_MS)
-            self.warm_done = True
+        self.sync(k)
+        ttl = self.ttl(k)
+        self.warm_once(out)
         limits = self.limits
         estimate = self.estimate(k)
         estimate -= self.snip.run(conv, estimate, limits.effective)
@@ -198,7 +150,6 @@ class _State(SessionPolicy):
                 flags["overflow"] = True
         elif k in self.manual and self.conv.items:
             flags.update(self._compact(out, ttl, stage="manual"))
-            estimate = conv.total()
         elif self.auto.due(estimate, limits):
             snapshot = conv.sync().copy()
             if self.auto.session_memory(conv):
@@ -206,18 +157,10 @@ class _State(SessionPolicy):
                 self.auto.succeeded()
             else:
                 flags.update(self._compact(out, ttl))
-            estimate = conv.total()
         view = conv.sync()
         if view.total > limits.blocking:
             flags["overflow"] = True
-        call = self.call
-        call.breakpoints = self._breakpoints(view, ttl)
-        call.output_tokens = self.ctx.output[k]
-        call.flags = flags
-        out.call(view, call)
-        self.last_total = view.total
-        self.last_output = self.ctx.output[k]
-        self.since_last = []
+        self.send(k, out, view, flags)
 
     def _compact(self, out: Emitter, ttl: int, stage: str = "autocompact") -> dict[str, bool]:
         attempts = self.auto.compact(self.conv, self.ctx.rng, self.limits.window)
@@ -230,7 +173,7 @@ class _State(SessionPolicy):
                 else 0
             )
             name = stage if a.ok else f"{stage}-failed"
-            marks = self._breakpoints(a.view, ttl, fork=True)
+            marks = self.breakpoints(a.view, ttl, fork=True)
             out.call(a.view, Call("compaction", name, marks, output))
         if attempts and attempts[-1].ok:
             extra = int(self.p["autocompact.restore_extra_tokens"])
@@ -250,7 +193,7 @@ class _State(SessionPolicy):
         memory = int(self.p["autocompact.session_memory.memory_tokens"])
         out.call(
             before,
-            Call("compaction", "session-memory", self._breakpoints(before, ttl, fork=True), memory),
+            Call("compaction", "session-memory", self.breakpoints(before, ttl, fork=True), memory),
         )
         self.since_last = []
 
@@ -268,7 +211,7 @@ class _State(SessionPolicy):
         view = before
         view.append(-1, chain(conv.ctx.root, 0xC011), int(self.p["collapse.prompt_tokens"]))
         out.call(
-            view, Call("compaction", "collapse", self._breakpoints(view, ttl, fork=True), summary)
+            view, Call("compaction", "collapse", self.breakpoints(view, ttl, fork=True), summary)
         )
         del span
 

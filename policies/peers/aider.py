@@ -54,7 +54,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from policies.base import ConversationSession
-from policies.calibration.summary import summary_tokens
 from simulator.policy import (
     Emitter,
     Policy,
@@ -89,10 +88,8 @@ class AiderSession(ConversationSession):
             )
         )
         self.tail_limit = int(self.budget * float(params["tail_fraction"]))
-        fixed = params["summary_tokens"]
-        self.fixed_summary: int | None = None if fixed is None else int(fixed)
-        cap = params["summary_cap_tokens"]
-        self.summary_cap = self.budget // 2 if cap is None else int(cap)
+        if params["summary_cap_tokens"] is None:  # the base reads a set cap
+            self.summary_cap = self.budget // 2
         self.prefix_tokens = int(params["summary.prefix_tokens"])
         self.prompt_tokens = int(params["summary.prompt_tokens"])
         self.input_limit = ctx.facts.window - int(params["summary.input_margin_tokens"])
@@ -129,10 +126,7 @@ class AiderSession(ConversationSession):
         while first > 0 and sent + sizes[first - 1] <= self.input_limit:
             first -= 1
             sent += sizes[first]
-        if self.fixed_summary is not None:
-            size = self.fixed_summary
-        else:
-            size = summary_tokens(head_tokens, self.ctx.rng, cap=self.summary_cap)
+        size = self.summary_size(head_tokens)
         size = max(0, min(size, head_tokens - self.prefix_tokens))
         self.summary_call(
             out,

@@ -44,7 +44,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from policies.base import ConversationSession
-from policies.calibration.summary import SUMMARY_CAP, summary_tokens
+from policies.calibration.summary import SUMMARY_CAP
 from simulator.policy import (
     Emitter,
     Policy,
@@ -65,9 +65,6 @@ class ServerCompactionSession(ConversationSession):
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
         super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
         self.trigger = int(params["trigger_tokens"])
-        fixed = params["summary_tokens"]
-        self.fixed_summary: int | None = None if fixed is None else int(fixed)
-        self.summary_cap = int(params["summary_cap_tokens"])
         self.instructions = int(params["instructions_tokens"])
         self.compactions = 0
         #: The request now being sent was compacted: its response step has no message marker.
@@ -81,10 +78,7 @@ class ServerCompactionSession(ConversationSession):
             return
         items = list(conv.items)
         before = self.tokens(items)
-        if self.fixed_summary is not None:
-            size = self.fixed_summary
-        else:
-            size = summary_tokens(before, self.ctx.rng, cap=self.summary_cap)
+        size = self.summary_size(before)
         size = max(0, min(size, before))
         self.summary_call(
             out,

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from policies.base import ConversationSession
-from policies.calibration.summary import SUMMARY_CAP, summary_tokens
+from policies.calibration.summary import SUMMARY_CAP
 from simulator.model import Flag, Kind, Role
 from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
 
@@ -64,9 +64,6 @@ class CodexSession(ConversationSession):
         self.truncate_crossing = bool(params["truncate_crossing_message"])
         self.prompt_tokens = int(params["compact_prompt_tokens"])
         self.prefix_tokens = int(params["summary_prefix_tokens"])
-        fixed = params["summary_tokens"]
-        self.fixed_summary = None if fixed is None else int(fixed)
-        self.summary_cap = int(params["summary_cap_tokens"])
         roles: list[int] = ctx.session.blocks["role"].tolist()
         kinds = self.conv.kinds
         #: Blocks that can make up the first user message (user-role text or image).
@@ -108,11 +105,7 @@ class CodexSession(ConversationSession):
         conv = self.conv
         items = self.request_items()
         pre = self.tokens(items)
-        summary = (
-            self.fixed_summary
-            if self.fixed_summary is not None
-            else summary_tokens(pre, self.ctx.rng, cap=self.summary_cap)
-        )
+        summary = self.summary_size(pre)
         self.summary_call(out, k, items, summary, stage="compact", prompt_tokens=self.prompt_tokens)
         live = set(conv.items)
         initial = [b for b in self.initial if b in live]

@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from policies.base import ConversationSession
-from policies.calibration.summary import SUMMARY_CAP, summary_tokens
+from policies.calibration.summary import SUMMARY_CAP
 from simulator.model import Flag
 from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
 
@@ -89,9 +89,6 @@ class GeminiCliSession(ConversationSession):
         self.verify_instruction = int(params["verify_instruction_tokens"])
         self.ack_tokens = int(params["ack_tokens"])
         self.with_prefix = bool(params["send_main_prefix"])
-        fixed = params["summary_tokens"]
-        self.fixed_summary = None if fixed is None else int(fixed)
-        self.summary_cap = int(params["summary_cap_tokens"])
         self.compressions = 0
 
     def transform(self, k: int, out: Emitter) -> None:
@@ -109,11 +106,7 @@ class GeminiCliSession(ConversationSession):
             conv.mask(key, self.placeholder, TRUNCATE_SALT)
         head = conv.items[:split]
         kept = conv.items[split:]
-        summary = (
-            self.fixed_summary
-            if self.fixed_summary is not None
-            else summary_tokens(self.tokens(head), self.ctx.rng, cap=self.summary_cap)
-        )
+        summary = self.summary_size(self.tokens(head))
         self.summary_call(
             out,
             k,

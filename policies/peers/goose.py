@@ -48,7 +48,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from policies.base import ConversationSession
-from policies.calibration.summary import SUMMARY_CAP, summary_tokens
+from policies.calibration.summary import SUMMARY_CAP
 from simulator.model import Flag, Kind, Role
 from simulator.policy import (
     Emitter,
@@ -91,9 +91,6 @@ class GooseSession(ConversationSession):
         self.threshold = float(params["threshold"])
         self.every_request = bool(params["check_every_request"])
         self.recovery = bool(params["recovery"])
-        fixed = params["summary_tokens"]
-        self.fixed_summary: int | None = None if fixed is None else int(fixed)
-        self.summary_cap = int(params["summary_cap_tokens"])
         self.prompt_tokens = int(params["summary.prompt_tokens"])
         self.continuation = int(params["continuation_tokens"])
         self.summary_cached = bool(params["summary.cached"])
@@ -169,10 +166,7 @@ class GooseSession(ConversationSession):
         room = before - self.tokens(preserved) - self.continuation
         if room < 0:
             return  # the compacted conversation could not be smaller than this one
-        if self.fixed_summary is not None:
-            size = self.fixed_summary
-        else:
-            size = summary_tokens(before, self.ctx.rng, cap=self.summary_cap)
+        size = self.summary_size(before)
         size = max(0, min(size, room))
         self.summary_call(
             out,

@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from policies.base import ConversationSession
-from policies.calibration.summary import SUMMARY_CAP, summary_tokens
+from policies.calibration.summary import SUMMARY_CAP
 from simulator.policy import (
     Emitter,
     Policy,
@@ -62,9 +62,6 @@ class LlmSummarySession(ConversationSession):
         self.n = int(params["summarize_turns"])
         self.m = int(params["keep_last_turns"])
         self.keep_first = bool(params["keep_first"])
-        fixed = params["summary_tokens"]
-        self.fixed_summary: int | None = None if fixed is None else int(fixed)
-        self.summary_cap = int(params["summary_cap_tokens"])
         self.prompt_tokens = int(params["prompt_tokens"])
         self.with_prefix = bool(params["summary.with_prefix"])
         self.summary_cached = bool(params["summary.cached"])
@@ -92,10 +89,7 @@ class LlmSummarySession(ConversationSession):
         # blocks, never the policy's own items.)
         context = list(items[:head]) if previous is None else [previous]
         sources = [*context, *chunk]
-        if self.fixed_summary is not None:
-            size = self.fixed_summary
-        else:
-            size = summary_tokens(self.tokens(sources), self.ctx.rng, cap=self.summary_cap)
+        size = self.summary_size(self.tokens(sources))
         self.summary_call(
             out,
             k,

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from policies.base import ConversationSession
-from policies.calibration.summary import SUMMARY_CAP, summary_tokens
+from policies.calibration.summary import SUMMARY_CAP
 from policies.conversation import CLEARED_TOKENS
 from simulator.model import Flag
 from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
@@ -85,9 +85,6 @@ class OpencodeSession(ConversationSession):
         self.protected_tools = {str(t).lower() for t in params["prune.protected_tools"]}
         self.cleared_tokens = int(params["prune.cleared_tokens"])
         self.prompt_tokens = int(params["compaction_prompt_tokens"])
-        fixed = params["summary_tokens"]
-        self.fixed_summary = None if fixed is None else int(fixed)
-        self.summary_cap = int(params["summary_cap_tokens"])
         #: Tool outputs cleared by pruning.
         self.pruned: set[int] = set()
         #: What entered the conversation for the current request (the turn in progress).
@@ -178,11 +175,7 @@ class OpencodeSession(ConversationSession):
     def compact(self, k: int, out: Emitter) -> None:
         conv = self.conv
         items = list(conv.items)
-        summary = (
-            self.fixed_summary
-            if self.fixed_summary is not None
-            else summary_tokens(self.tokens(items), self.ctx.rng, cap=self.summary_cap)
-        )
+        summary = self.summary_size(self.tokens(items))
         self.summary_call(
             out,
             k,

@@ -44,7 +44,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from policies.base import ConversationSession
-from policies.calibration.summary import SUMMARY_CAP, summary_tokens
+from policies.calibration.summary import SUMMARY_CAP
 from simulator.policy import (
     Emitter,
     Policy,
@@ -65,9 +65,6 @@ class OpenHandsSession(ConversationSession):
         super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
         self.max_size = int(params["max_size"])
         self.keep_first = int(params["keep_first"])
-        fixed = params["summary_tokens"]
-        self.fixed_summary: int | None = None if fixed is None else int(fixed)
-        self.summary_cap = int(params["summary_cap_tokens"])
         self.prompt_tokens = int(params["prompt_tokens"])
         self.with_prefix = bool(params["condense.with_prefix"])
         self.condense_cached = bool(params["condense.cached"])
@@ -96,10 +93,7 @@ class OpenHandsSession(ConversationSession):
         # The summary prompt sees the previous summary (rolling) and every forgotten event.
         sources = forgotten if previous is None or previous in forgotten else [previous, *forgotten]
         pre_tokens = self.tokens(sources)
-        if self.fixed_summary is not None:
-            size = self.fixed_summary
-        else:
-            size = summary_tokens(pre_tokens, self.ctx.rng, cap=self.summary_cap)
+        size = self.summary_size(pre_tokens)
         self.summary_call(
             out,
             k,
