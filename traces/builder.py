@@ -201,16 +201,8 @@ class SessionBuilder:
         """The recording's own compaction dropped this block from `at_request` on."""
         self._compacted[block] = min(self._compacted[block], at_request)
 
-    def block_first_request(self, block: int) -> int:
-        return self._rows[block][8]
-
     def block_kinds(self, blocks: list[int]) -> list[int]:
         return [self._rows[b][1] for b in blocks]
-
-    def has_use(self, use_id: str) -> bool:
-        return use_id in self._uses
-
-    # -- requests -----------------------------------------------------------------------
 
     def add_request(
         self, *, ts: int, model: str, usage: RecordedUsage | None, ts_end: int | None = None

@@ -397,8 +397,6 @@ class _SessionAssembler:
         self.node_blocks: dict[str, list[int]] = {}
         self.msg_index: dict[str, int] = {}
         self.uses: dict[str, tuple[str, str | None]] = {}  # tool_use id -> (tool, path)
-        self.summary_block: dict[str, int] = {}
-        self.prev_main: dict[str, str | None] = {}
         self._resolve_parents()
 
     def _resolve_parents(self) -> None:
