@@ -43,6 +43,7 @@ class Conversation:
         self.tools = s.tools
         self.flags: list[int] = b["flags"].tolist()
         self.path_hash: list[int] = b["path_hash"].tolist()
+        self.file_tokens: list[int] = b["file_tokens"].tolist()
         self.origin: list[int] = b["origin"].tolist()
         self.msg: list[int] = b["msg"].tolist()
         self.link: list[int] = b["link"].tolist()

@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from policies.calibration.summary import file_restore_tokens, recent_file_sizes
 from simulator.model import CompactionEvent, Flag, Kind, Session
+from simulator.prefix import infer
 from traces.load import load_all, units
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,14 +46,6 @@ RATIO_MIN_RAW = 1_000
 #: Decimals kept for ratios and fitted parameters (the committed data must be exactly
 #: reproducible, so platform-level float noise is rounded away).
 DECIMALS = 4
-#: The documented post-compaction file restore of Claude Code 2.1.88 (DESIGN.md section 4),
-#: applied to the recording to compare with what the usage shows.
-RESTORE_MAX_FILES = 5
-RESTORE_PER_FILE = 5_000
-RESTORE_BUDGET = 50_000
-#: Tools whose call or result holds a whole file's content (its size is then known).
-_FULL_CONTENT = {("Read", Kind.TOOL_RESULT), ("NotebookRead", Kind.TOOL_RESULT)}
-_FULL_WRITE = {("Write", Kind.TOOL_USE)}
 #: Kinds whose anchored size is not proportional to their logged text, so a request
 #: where one enters cannot measure the tokenizer ratio.
 _RATIO_EXCLUDED = (Kind.THINKING, Kind.IMAGE, Kind.INJECTED, Kind.SUMMARY)
@@ -114,27 +108,25 @@ def file_rule_tokens(session: Session, event: CompactionEvent) -> tuple[int, int
     """What restoring the recently used files would add under the 2.1.88 rule.
 
     Files are the paths (hashed) that Read, Write, Edit, ... touched in the logical history
-    before the summary, most recently touched first; a file's size is its last whole-content
-    observation (a Read result or a Write call, anchored tokens). Returns the number of
-    recent files considered (at most RESTORE_MAX_FILES) and the tokens the rule restores;
-    a recent file whose size was never observed counts 0.
+    before the summary, most recently touched first; a file's size is its newest whole-size
+    observation (`file_tokens`: a Read result scaled to the file's line count, a Write's
+    content, the file after an Edit), else what its newest Read result showed. The same
+    rule the policy applies (`recent_file_sizes`). Returns the number of recent files
+    considered (at most RESTORE_MAX_FILES) and the tokens the rule restores.
     """
     b = session.blocks
-    before = session.view_mask(event.request)[: event.summary_block]
-    touched = np.nonzero(before & (b["path_hash"][: event.summary_block] != 0))[0]
-    last: dict[int, int] = {}
-    size: dict[int, int] = {}
-    for i in touched.tolist():
-        path = int(b["path_hash"][i])
-        last[path] = i
-        tool = session.tools[int(b["tool"][i])] if b["tool"][i] >= 0 else ""
-        kind = Kind(int(b["kind"][i]))
-        errored = int(b["flags"][i]) & Flag.ERROR
-        if ((tool, kind) in _FULL_CONTENT and not errored) or (tool, kind) in _FULL_WRITE:
-            size[path] = int(b["tokens"][i])
-    recent = sorted(last, key=lambda p: -last[p])[:RESTORE_MAX_FILES]
-    restored = sum(min(RESTORE_PER_FILE, size.get(p, 0)) for p in recent)
-    return len(recent), min(RESTORE_BUDGET, restored)
+    before = np.nonzero(session.view_mask(event.request)[: event.summary_block])[0]
+    reads = (b["flags"] & Flag.PATH_READ) != 0
+    results = b["kind"] == Kind.TOOL_RESULT
+    tokens = b["tokens"]
+
+    def shown(i: int) -> int:
+        return int(tokens[i]) if reads[i] and results[i] else -1
+
+    sizes = recent_file_sizes(
+        reversed(before.tolist()), b["path_hash"].tolist(), b["file_tokens"].tolist(), shown
+    )
+    return len(sizes), file_restore_tokens(sizes)
 
 
 def measure_event(
@@ -158,6 +150,9 @@ def measure_event(
     after = int(ctx[k])
     restored = after - session.prefix_tokens - summary - round(other_raw * ratio)
     files, rule = file_rule_tokens(session, event)
+    prefix = infer(session)
+    first_message = prefix.total - prefix.system
+    reattached = first_message if _reattaches(session.client) else 0
     return {
         "source": source,
         "session": session.id[:8],
@@ -179,9 +174,21 @@ def measure_event(
         "restored_tokens": restored,
         "recent_files": files,
         "file_rule_tokens": rule,
+        "first_message_tokens": first_message,
+        "reattached_tokens": reattached,
+        "beyond_model_tokens": restored - rule - reattached,
         "summary_share": round(summary / pre, DECIMALS),
         "after_share": round(after / pre, DECIMALS),
     }
+
+
+def _reattaches(client: str) -> bool:
+    """Whether the client attaches its first-message context (memory files, environment)
+    again after compaction: 2.x does (anthropics/claude-code#22654, and the 2.1.29 rows:
+    13.5k restored with no file to restore); in 1.0.53 the file rule alone leaves about
+    150 tokens unexplained in four of six compactions, so it does not."""
+    version = client.split()[-1] if client.strip() else ""
+    return not version.startswith("1.")
 
 
 def _exclusion(session: Session, event: CompactionEvent) -> str | None:
@@ -263,7 +270,7 @@ def measure(traces: Path) -> dict[str, Any]:
     rows = [measure_event(src, s, e, ratio) for src, s, e in pending]
     summaries = [row["summary_tokens"] for row in rows]
     restored = [row["restored_tokens"] for row in rows]
-    beyond_rule = [row["restored_tokens"] - row["file_rule_tokens"] for row in rows]
+    beyond = [row["beyond_model_tokens"] for row in rows]
     return {
         "schema": 1,
         "what": "Claude Code compactions recorded in ../shared/traces (counts only)",
@@ -288,7 +295,7 @@ def measure(traces: Path) -> dict[str, Any]:
             },
             "restored_tokens": {
                 **lognormal_fit(restored),
-                "beyond_file_rule_median": round(statistics.median(beyond_rule)),
+                "beyond_model_median": round(statistics.median(beyond)),
             },
         },
     }

@@ -82,6 +82,9 @@ BLOCK_COLUMNS: dict[str, Any] = {
     "origin": np.int32,  # request that produced it (assistant output), -1 otherwise
     "flags": np.uint8,  # Flag
     "path_hash": np.uint64,  # keyed hash of the file path read or written, 0 if none
+    #: Whole-file size (cl100k tokens, as the Read tool shows it) that a Read result, Write
+    #: or Edit observed, -1 if unknown: what restoring the file after compaction costs.
+    "file_tokens": np.int32,
 }
 
 REQUEST_COLUMNS: dict[str, Any] = {
@@ -100,6 +103,8 @@ REQUEST_COLUMNS: dict[str, Any] = {
 
 #: Columns added after version 1 of the schema, and the column their default copies.
 _DERIVED = {"ts_end": "ts"}
+#: Columns added later whose default is a constant.
+_CONSTANT = {"file_tokens": -1}
 
 
 def _empty(columns: dict[str, Any]) -> dict[str, npt.NDArray[Any]]:
@@ -117,6 +122,10 @@ class Columns:
         for name, source in _DERIVED.items():  # columns added later default from another
             if name in self.schema and name not in self.data and source in self.data:
                 self.data[name] = self.data[source].copy()
+        for name, value in _CONSTANT.items():
+            if name in self.schema and name not in self.data and self.data:
+                n = len(next(iter(self.data.values())))
+                self.data[name] = np.full(n, value, dtype=self.schema[name])
         lengths = {len(v) for v in self.data.values()}
         if set(self.data) != set(self.schema):
             raise ValueError(f"columns {sorted(self.data)} do not match {sorted(self.schema)}")

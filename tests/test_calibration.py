@@ -79,6 +79,36 @@ def test_file_restore_rule_by_hand() -> None:
         cal.file_restore_tokens([10, -1])
 
 
+def _sizes(blocks: list[tuple[int, int, int]], limit: int = 5) -> list[int]:
+    """recent_file_sizes over (path, whole cl100k size or -1, shown tokens or -1) blocks,
+    given oldest first."""
+    path = [p for p, _, _ in blocks]
+    whole = [w for _, w, _ in blocks]
+    order = range(len(blocks) - 1, -1, -1)
+    return cal.recent_file_sizes(order, path, whole, lambda i: blocks[i][2], limit)
+
+
+def test_recent_file_sizes_by_hand() -> None:
+    # Oldest first: path 1 read whole (1,000 cl100k), path 2 partly read (shows 300, no
+    # whole size), path 1 edited (2,000 cl100k), a block with no path, path 3 written
+    # (500 cl100k), path 4 touched without any size.
+    blocks = [
+        (1, 1_000, 1_200),
+        (2, -1, 300),
+        (1, 2_000, -1),
+        (0, -1, -1),
+        (3, 500, -1),
+        (4, -1, -1),
+    ]
+    # Newest first: 4 (never sized: 0), 3 (500 x 1.207), 1 (its newest size, the edit's:
+    # 2,000 x 1.207), 2 (what its Read showed: 300).
+    assert _sizes(blocks) == [0, 604, 2_414, 300]
+    assert _sizes(blocks, limit=2) == [0, 604]
+    # A file's size is looked for further back than the `limit` newest files reach.
+    assert _sizes([(1, 800, -1), (2, 100, -1), (1, -1, -1)], limit=1) == [966]
+    assert _sizes([]) == []
+
+
 def test_compaction_output_adds_the_dropped_analysis() -> None:
     assert cal.compaction_output_tokens(2_340) == 3_000  # 2,340 / (1 - 0.22)
     assert cal.compaction_output_tokens(2_340, analysis_stripped=False) == 2_340
@@ -92,7 +122,7 @@ def test_post_compact_context_by_hand() -> None:
     assert post == cal.PostCompact(14_000, 2_915, 18_960)
     assert post.total == 14_000 + 2_915 + 18_960
     given = cal.post_compact_context(46_529, 167_325, restored=7_020 + cal.BEYOND_FILE_RULE)
-    assert given.total == 46_529 + 2_915 + 18_796
+    assert given.total == 46_529 + 2_915 + 7_020 + 1_798
     # Seeded: the summary is drawn first, then the restored tokens, from the same rng.
     rng = random.Random(7)
     z1, z2 = rng.normalvariate(0.0, 1.0), rng.normalvariate(0.0, 1.0)
@@ -121,11 +151,7 @@ def test_constants_are_the_committed_fit() -> None:
         "RESTORED_LOG_MU": restored["log_mu"],
         "RESTORED_LOG_SIGMA": restored["log_sigma"],
         "RESTORED_MEDIAN": restored["median"],
-        "BEYOND_FILE_RULE": restored["beyond_file_rule_median"],
-        **{
-            name: getattr(calibration_measure, name)
-            for name in ("RESTORE_MAX_FILES", "RESTORE_PER_FILE", "RESTORE_BUDGET")
-        },
+        "BEYOND_FILE_RULE": restored["beyond_model_median"],
     }
     assert {name: getattr(cal, name) for name in committed} == committed
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from simulator import policy
-from simulator.model import CompactionEvent, Kind, Role, Trace
+from simulator.model import CompactionEvent, Flag, Kind, Role, Trace
 from simulator.replay import replay
 from traces.builder import Hasher, SessionBuilder
 
@@ -46,3 +46,62 @@ def test_a_recorded_manual_compaction_is_replayed_below_the_threshold() -> None:
 def test_a_recorded_auto_compaction_is_the_policys_own_decision() -> None:
     frame = replay([("t", _session("auto"))], policy.build("claude-code"))
     assert frame.filter(pl.col("kind") == "compaction").is_empty()
+
+
+def _logged(trigger: str) -> Trace:
+    """Requests 0-5, one 1,000-token user message each, prefix 10,000. Request 3 is where
+    the recording compacted: its logged summary (2,000 tokens), 4,000 tokens the client
+    attached unlogged (an INJECTED artifact), then the user's next 500-token message."""
+    b = SessionBuilder(Hasher(b"logged"), id="s", kind="main", client="claude-code 1.0.53")
+    b.prefix_tokens = 10_000
+
+    def block(k: int, kind: Kind, tokens: int, flags: Flag = Flag.NONE) -> int:
+        return b.add_block(
+            msg=b.n_blocks,
+            kind=kind,
+            role=Role.USER,
+            text=f"{kind.name}{k}",
+            ts=k * MINUTE,
+            first_request=k,
+            tokens=tokens,
+            flags=flags,
+        )
+
+    summary = -1
+    for k in range(6):
+        if k == 3:
+            summary = block(k, Kind.SUMMARY, 2_000, Flag.ARTIFACT)
+            block(k, Kind.INJECTED, 4_000, Flag.ARTIFACT)
+            block(k, Kind.TEXT, 500)
+        else:
+            block(k, Kind.TEXT, 1_000)
+        b.add_request(ts=k * MINUTE, model="claude-sonnet-4-20250514", usage=None)
+    b.add_event(CompactionEvent(3, trigger, -1, summary, 0))
+    return Trace("claude-code", "t", [b.finish()])
+
+
+def _contexts(frame: pl.DataFrame) -> list[int]:
+    return frame.filter(pl.col("kind") == "request")["context_tokens"].to_list()
+
+
+def test_a_manual_compaction_uses_the_logged_summary_and_keeps_what_came_after() -> None:
+    # Request 3: prefix + the logged 2,000-token summary (no file to restore) + the 500
+    # the user wrote after the /compact; the attachments are modelled, not the recorded
+    # 4,000. Requests 4, 5 add 1,000 each.
+    params = {"autocompact.restore_extra_tokens": 0}
+    frame = replay([("t", _logged("manual"))], policy.build("claude-code@1.0", params))
+    assert frame.filter(pl.col("kind") == "compaction")["stage"].to_list() == ["manual"]
+    assert _contexts(frame) == [11_000, 12_000, 13_000, 12_500, 13_500, 14_500]
+
+
+def test_compactions_before_a_request_can_be_replayed_exactly_as_recorded() -> None:
+    # With as_recorded_before=4 the auto-compaction at 3 is the recording's: summary and
+    # the unlogged attachments, 10,000 + 2,000 + 4,000 + 500 = 16,500, the recorded context.
+    params = {"autocompact.as_recorded_before": 4, "autocompact.restore_extra_tokens": 999}
+    frame = replay([("t", _logged("auto"))], policy.build("claude-code@1.0", params))
+    assert frame.filter(pl.col("kind") == "compaction")["stage"].to_list() == ["as-recorded"]
+    assert _contexts(frame) == [11_000, 12_000, 13_000, 16_500, 17_500, 18_500]
+    # Without it the policy decides, and this small session never reaches its threshold.
+    frame = replay([("t", _logged("auto"))], policy.build("claude-code@1.0"))
+    assert frame.filter(pl.col("kind") == "compaction").is_empty()
+    assert _contexts(frame) == [11_000, 12_000, 13_000, 13_500, 14_500, 15_500]

@@ -34,6 +34,7 @@ from policies.conversation import CLEARED_TOKENS
 from simulator import policy
 from simulator.cli import parse_param
 from simulator.model import Flag, Kind, Role, Trace
+from simulator.prefix import Prefix
 from simulator.replay import replay
 from traces.builder import Hasher, SessionBuilder
 
@@ -104,15 +105,23 @@ class Script:
         return self._add(Kind.TEXT, Role.ASSISTANT, tokens, origin=self.k - 1)
 
     def tool(
-        self, name: str, tokens: int, chars: int | None = None, path: str | None = None
+        self,
+        name: str,
+        tokens: int,
+        chars: int | None = None,
+        path: str | None = None,
+        **result: Any,
     ) -> tuple[int, int]:
         """One round: a 100-token tool_use (response to the previous request) and its
-        result; returns (tool_use block, tool_result block)."""
-        (use,), (result,) = self.tools([(name, tokens, chars, path)])
-        return use, result
+        result (`result`: more fields of its block, e.g. file_tokens); returns (tool_use
+        block, tool_result block)."""
+        (use,), (res,) = self.tools([(name, tokens, chars, path)], result)
+        return use, res
 
     def tools(
-        self, calls: list[tuple[str, int, int | None, str | None]]
+        self,
+        calls: list[tuple[str, int, int | None, str | None]],
+        result: dict[str, Any] | None = None,
     ) -> tuple[list[int], list[int]]:
         """Parallel tool calls: one assistant message of tool_uses, one user message of
         their results (name, result tokens, result chars or None for 4/token, read path)."""
@@ -146,6 +155,7 @@ class Script:
                     result_for=uid,
                     path=path,
                     flags=Flag.PATH_READ if path else Flag.NONE,
+                    **(result or {}),
                 )
             )
         return uses, results
@@ -258,13 +268,17 @@ def test_limits_of_2_1_88_on_a_200k_window() -> None:
     assert (lim.threshold, lim.warning, lim.blocking) == (167_000, 147_000, 177_000)
 
 
-@pytest.mark.parametrize("preset", ["claude-code@2.1.6", "claude-code@1.0"])
-def test_limits_of_older_presets_reserve_the_whole_max_output(preset: str) -> None:
-    # reserve = the whole 32,000 max output: effective 168,000, threshold 155,000,
-    # warning 135,000, blocking 165,000.
+@pytest.mark.parametrize(
+    ("preset", "threshold"),
+    # 2.1.6: 168,000 - 13,000. 1.0: 92% of the effective window, int(0.92 x 168,000).
+    [("claude-code@2.1.6", 155_000), ("claude-code@1.0", 154_560)],
+)
+def test_limits_of_older_presets_reserve_the_whole_max_output(preset: str, threshold: int) -> None:
+    # reserve = the whole 32,000 max output: effective 168,000; warning threshold - 20,000;
+    # blocking 165,000.
     lim = Autocompact(policy.build(preset).params).limits(200_000)
     assert (lim.reserve, lim.effective) == (32_000, 168_000)
-    assert (lim.threshold, lim.warning, lim.blocking) == (155_000, 135_000, 165_000)
+    assert (lim.threshold, lim.warning, lim.blocking) == (threshold, threshold - 20_000, 165_000)
 
 
 def test_buffer_parameter_moves_the_threshold() -> None:
@@ -281,7 +295,7 @@ def test_buffer_parameter_moves_the_threshold() -> None:
         (NEWEST, {}, 167_000),
         ("claude-code", {}, 167_000),
         ("claude-code@2.1.6", {}, 155_000),
-        ("claude-code@1.0", {}, 155_000),
+        ("claude-code@1.0", {}, 154_560),
         (NEWEST, {"autocompact.buffer_tokens": 8_000}, 172_000),
     ],
 )
@@ -620,6 +634,47 @@ def test_after_compaction_the_recently_read_files_are_restored(
     assert contexts(frame)[7:] == [46_700, 10_000 + 3_000 + restored]
 
 
+def test_restored_files_count_their_whole_size_not_what_was_shown() -> None:
+    """Request 0: 1,000 user. Round 1 reads 1,000 tokens of a, a quarter of the file (its
+    whole size is 4 x 1,000 cl100k); round 2 writes b (a 100-token result; the file is
+    2,000 cl100k); round 3 reads all of c (3,000). Request 4: 100 text + 160,000 user:
+    11,000 + 1,100 + 200 + 3,100 + 160,100 = 175,500, over 167,000. Restored, newest
+    first, cl100k x 1.207: c 3,000 x 1 -> 3,621; b 2,000 -> 2,414; a 4,000 -> 4,828."""
+    s = Script()
+    s.user(1_000)
+    s.request()
+    s.tool("Read", 1_000, path="a", file_scale=4.0)
+    s.request()
+    s.tool("Write", 100, path="b", file_tokens=2_000)
+    s.request()
+    s.tool("Read", 3_000, path="c", file_scale=1.0)
+    s.request()
+    s.say(100)
+    s.user(160_000)
+    s.request()
+    frame, _ = run(s, AUTO)
+    assert compactions(frame) == [(4, "autocompact")]
+    assert contexts(frame)[4] == 10_000 + 3_000 + 3_621 + 2_414 + 4_828
+    # The per-file cap applies to the whole size: a is cut to 3,000.
+    frame, _ = run(s, {**AUTO, "autocompact.restore_file_tokens": 3_000})
+    assert contexts(frame)[4] == 10_000 + 3_000 + 3_000 + 2_414 + 3_000
+
+
+@pytest.mark.parametrize(("preset", "reattached"), [(NEWEST, 4_000), ("claude-code@1.0", 0)])
+def test_2_x_attaches_the_first_message_context_again(preset: str, reattached: int) -> None:
+    """A prefix of 10,000 whose system prompt ends at 6,000: the 4,000 after it (memory
+    files, environment) come back after a 2.x compaction (anthropics/claude-code#22654),
+    not after a 1.0 one. 1.0 compacts the same session at the same request (171,800 is
+    over its 154,560 too); its restored files are the same 17,000."""
+
+    def prefix(state: Any) -> None:
+        state.conv.prefix.prefix = Prefix(shared=0, system=6_000, total=10_000)
+
+    frame, _ = run(_files_session(), AUTO, preset, setup=prefix)
+    assert compactions(frame) == [(8, "autocompact")]
+    assert contexts(frame)[8] == 10_000 + 3_000 + 17_000 + reattached
+
+
 def test_restore_extra_tokens_are_added_after_the_files() -> None:
     # 10,000 + 3,000 + 17,000 files + 1,234.
     frame, _ = run(_files_session(), {**AUTO, "autocompact.restore_extra_tokens": 1_234})
@@ -758,8 +813,8 @@ def test_prompt_too_long_after_three_retries_is_a_failure() -> None:
     def spy(state: Any) -> None:
         compact = state.auto.compact
 
-        def logged(*args: Any) -> list[Attempt]:
-            out: list[Attempt] = compact(*args)
+        def logged(*args: Any, **kwargs: Any) -> list[Attempt]:
+            out: list[Attempt] = compact(*args, **kwargs)
             attempts.append(out)
             return out
 

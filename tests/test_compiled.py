@@ -66,6 +66,7 @@ def _session(n_blocks: int, n_requests: int, *, seed: int = 0, sid: str = "s") -
         "path_hash": np.where(rng.random(n_blocks) < 0.2, np.uint64(2**64 - 1), 0).astype(
             np.uint64
         ),
+        "file_tokens": rng.integers(-1, 30_000, n_blocks).astype(np.int32),
     }
     requests: dict[str, npt.NDArray[Any]] = {
         "ts": 1_700_000_000_000 + np.sort(rng.integers(0, 10**8, n_requests)),
@@ -206,7 +207,7 @@ def test_archive_layout() -> None:
     meta = orjson.loads(raw)
     assert orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) == raw
     assert meta["format"] == "ctxsim compiled trace"
-    assert meta["version"] == compiled.FORMAT_VERSION == 2
+    assert meta["version"] == compiled.FORMAT_VERSION == 3
     assert meta["trace_format"] == "claude-code"
     assert [s["n_blocks"] for s in meta["sessions"]] == [40, 0, 12]
     for entry in ("blocks.parquet", "requests.parquet"):
@@ -452,6 +453,32 @@ def test_schema_missing_and_extra_columns() -> None:
     assert info.value.category == "compiled-schema"
     assert "missing column 'origin'" in info.value.message
     assert "unexpected columns ['x']" in info.value.message
+
+
+def test_a_version_2_file_reads_with_unknown_file_sizes() -> None:
+    """Version 2 had no `file_tokens`: such a file reads, with -1 (unknown) for every block."""
+    trace = _sample()
+    data = compiled.to_bytes(trace)
+    meta = _meta(data)
+    meta["version"] = 2
+    table = _blocks_table(data).drop_columns(["file_tokens"])
+    old = _rezip(
+        data,
+        {
+            "meta.json": orjson.dumps(meta, option=orjson.OPT_SORT_KEYS),
+            "blocks.parquet": _parquet(table),
+        },
+    )
+    back = compiled.from_bytes(old, "x.ctxt")
+    for before, after in zip(trace.sessions, back.sessions, strict=True):
+        assert (after.blocks["file_tokens"] == -1).all()
+        for name in BLOCK_COLUMNS:
+            if name != "file_tokens":
+                assert np.array_equal(after.blocks[name], before.blocks[name])
+    # A version 3 file without the column is damaged, not old.
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(_rezip(data, {"blocks.parquet": _parquet(table)}), "x.ctxt")
+    assert "missing column 'file_tokens'" in info.value.message
 
 
 def test_nulls_are_refused() -> None:

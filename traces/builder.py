@@ -91,6 +91,7 @@ _ROW_FIELDS = (
     "origin",
     "flags",
     "path_hash",
+    "file_tokens",
 )
 
 
@@ -116,6 +117,7 @@ class SessionBuilder:
         self._tools: dict[str, int] = {}
         self._models: dict[str, int] = {}
         self._links: list[tuple[int, str]] = []  # (tool_result block, tool_use id)
+        self._file_scale: list[tuple[int, float]] = []  # (block, whole file / shown part)
         self._uses: dict[str, int] = {}  # tool_use id -> block
         self.events: list[CompactionEvent] = []
         self.prefix_tokens: int | None = None
@@ -147,11 +149,16 @@ class SessionBuilder:
         use_id: str | None = None,
         result_for: str | None = None,
         tokens: int | None = None,
+        file_tokens: int = -1,
+        file_scale: float | None = None,
     ) -> int:
         """Append a block; blocks must come in non-decreasing `first_request` order.
 
         `use_id` names a tool_use so a later tool_result (`result_for`) can link to it.
         `tokens` overrides the tokenizer (images, or sizes known from elsewhere).
+        `file_tokens` is the whole file's size when the reader knows it (a Write's content,
+        the file after an Edit); `file_scale` marks a block that shows a file, wholly or in
+        part (a Read result): the file's size is the block's own tokens times the scale.
         """
         rows = self._rows
         if rows and first_request < rows[-1][8]:
@@ -177,8 +184,11 @@ class SessionBuilder:
                 origin,
                 int(flags),
                 path_hash,
+                file_tokens,
             )
         )
+        if file_scale is not None:
+            self._file_scale.append((idx, file_scale))
         self._hidden.append(NEVER)
         self._compacted.append(NEVER)
         self._texts.append(text if tokens is None else None)
@@ -261,6 +271,8 @@ class SessionBuilder:
                 count = count_tokens(self._texts[i] or "")
                 cache[h] = count
             raw[i] = count
+        for i, scale in self._file_scale:
+            blocks["file_tokens"][i] = round(int(raw[i]) * scale)
         link = np.full(n, -1, dtype=np.int32)
         for result, use_id in self._links:
             use = self._uses.get(use_id)
@@ -436,6 +448,7 @@ class SessionBuilder:
                 "origin": -1,
                 "flags": flags,
                 "path_hash": 0,
+                "file_tokens": -1,
             }
             for name, value in row.items():
                 new_rows[name].append(value)

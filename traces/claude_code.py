@@ -17,6 +17,9 @@ Facts this reader relies on (DESIGN.md section 2):
   history runs on through the root (to ``logicalParentUuid``, or in 1.0.x to the previous
   main-chain line); what the recording really sent stops at the root, so blocks before it
   get ``compacted_at`` and the summary is an ARTIFACT block.
+* Triggers: 2.x names them in ``compactMetadata``; 1.0.x does not, but a manual /compact
+  leaves a ``<command-name>/compact</command-name>`` user line right after the summary, so
+  a 1.0.x compaction is "manual" with that line and "unknown" (in practice auto) without.
 * Subagents: inline ``isSidechain`` lines (1.0.x) grouped by their sidechain root,
   ``agent-*.jsonl`` files beside the session (2.0.x) or under ``<session>/subagents/``
   (2.1.x) become sessions of their own whose parent is the main session;
@@ -29,7 +32,7 @@ Facts this reader relies on (DESIGN.md section 2):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +49,9 @@ from traces.builder import (
 )
 from traces.errors import Problems
 from traces.source import ImportUnit
+
+#: The line a /compact command leaves in the transcript (both 1.0.x and 2.x).
+COMPACT_COMMAND = "<command-name>/compact</command-name>"
 
 #: Longest line accepted; longer lines are reported (`line-too-long`) rather than parsed.
 MAX_LINE_BYTES = 256 * 1024 * 1024
@@ -87,6 +93,12 @@ REGENERABLE_TOOLS = frozenset(
 )
 READ_TOOLS = frozenset({"Read", "NotebookRead"})
 WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+
+#: Characters per cl100k token of a file as the Read tool shows it (each line behind a
+#: 6-wide number and an arrow): 3.02 over the 425 Read results of ../shared/traces.
+NUMBERED_CHARS_PER_TOKEN = 3.02
+#: The characters the Read tool puts before each line.
+LINE_PREFIX_CHARS = 7
 
 #: Models that keep earlier turns' thinking in the context. For the others the API drops
 #: thinking blocks of previous assistant turns once a new user turn starts; the recorded
@@ -543,7 +555,16 @@ class _SessionAssembler:
             out.extend(self._user_block(k, msg, ts, node, c, human))
         if node.summary:
             self.flush_event(out[0] if out else -1)
+        elif content and str(content[0].get("text", "")).startswith(COMPACT_COMMAND):
+            self._manual(k)
         return out
+
+    def _manual(self, k: int) -> None:
+        """1.0.x logs no trigger, but a manual /compact leaves its command line after the
+        summary (before the next request): the compaction at k was the user's."""
+        events = self.b.events
+        if events and events[-1].request == k and events[-1].trigger == "unknown":
+            events[-1] = replace(events[-1], trigger="manual")
 
     def _assistant_block(
         self, k: int, msg: int, ts: int, origin: int, c: dict[str, Any]
@@ -677,6 +698,9 @@ class _SessionAssembler:
                 flags |= Flag.PATH_READ
             if path and name in WRITE_TOOLS:
                 flags |= Flag.PATH_WRITE
+            file_tokens, file_scale = -1, None
+            if path and not flags & Flag.ERROR and node.entry is not None:
+                file_tokens, file_scale = _file_observation(name, node.entry.get("toolUseResult"))
             out = [
                 add(
                     msg=msg,
@@ -689,6 +713,8 @@ class _SessionAssembler:
                     flags=flags,
                     path=path,
                     result_for=use_id,
+                    file_tokens=file_tokens,
+                    file_scale=file_scale,
                 )
             ]
             for _ in range(images):
@@ -817,3 +843,58 @@ def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
 def _merge(into: dict[str, int], more: dict[str, int]) -> None:
     for key, v in more.items():
         into[key] = into.get(key, 0) + v
+
+
+def _numbered_tokens(chars: int, lines: int) -> int:
+    """Estimated cl100k tokens of a file of `chars` characters and `lines` lines as the
+    Read tool would show it: counted from lengths, since tokenizing every file an Edit
+    reports would cost a quarter of the import time."""
+    return round((chars + LINE_PREFIX_CHARS * lines) / NUMBERED_CHARS_PER_TOKEN)
+
+
+def _file_observation(tool: str | None, result: Any) -> tuple[int, float | None]:
+    """What a tool result tells about its file's whole size (``toolUseResult``): a Read's
+    shown and total line counts give a scale for the result's own tokens; a Write's
+    content and an Edit's original file (with the edit applied by length) give the size.
+    Returns (file_tokens, file_scale) as `SessionBuilder.add_block` takes them."""
+    if not isinstance(result, dict):
+        return -1, None
+    if tool == "Read":
+        info = result.get("file")
+        if not isinstance(info, dict):
+            return -1, None
+        shown, total = info.get("numLines"), info.get("totalLines")
+        if isinstance(shown, int) and isinstance(total, int) and 0 < shown <= total:
+            return -1, total / shown
+        return -1, 1.0
+    if tool == "Write":
+        content = result.get("content")
+        if isinstance(content, str):
+            return _numbered_tokens(len(content), content.count("\n") + 1), None
+        return -1, None
+    if tool == "Edit":
+        original = result.get("originalFile")
+        old, new = result.get("oldString"), result.get("newString")
+        if not (isinstance(original, str) and isinstance(old, str) and isinstance(new, str)):
+            return -1, None
+        edits = [(old, new, bool(result.get("replaceAll")))]
+    elif tool == "MultiEdit":
+        original = result.get("originalFileContents")
+        raw_edits = result.get("edits")
+        if not isinstance(original, str) or not isinstance(raw_edits, list):
+            return -1, None
+        edits = [
+            (e["old_string"], e["new_string"], bool(e.get("replace_all")))
+            for e in raw_edits
+            if isinstance(e, dict)
+            and isinstance(e.get("old_string"), str)
+            and isinstance(e.get("new_string"), str)
+        ]
+    else:
+        return -1, None
+    chars, lines = len(original), original.count("\n") + 1
+    for old, new, every in edits:
+        times = (original.count(old) if every else 1) if old else 0
+        chars += times * (len(new) - len(old))
+        lines += times * (new.count("\n") - old.count("\n"))
+    return _numbered_tokens(max(chars, 0), max(lines, 1)), None

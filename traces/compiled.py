@@ -46,7 +46,7 @@ from traces.errors import TraceError
 
 FORMAT_NAME = "ctxsim compiled trace"
 #: Bumped on any change to the entries, columns, column types or meta.json fields.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 SUFFIX = ".ctxt"
 
 META = "meta.json"
@@ -94,6 +94,8 @@ BLOCKS_SCHEMA = _arrow_schema(BLOCK_COLUMNS)
 REQUESTS_SCHEMA = _arrow_schema(REQUEST_COLUMNS)
 #: Version 1 had no `ts_end` (a response's end); reading one, it defaults to `ts`.
 REQUESTS_SCHEMA_V1 = _arrow_schema({k: v for k, v in REQUEST_COLUMNS.items() if k != "ts_end"})
+#: Versions 1 and 2 had no `file_tokens`; reading one, it is -1 (unknown) throughout.
+BLOCKS_SCHEMA_V2 = _arrow_schema({k: v for k, v in BLOCK_COLUMNS.items() if k != "file_tokens"})
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -259,7 +261,8 @@ def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> 
     sessions_meta = meta["sessions"]
     n_blocks = np.array([s["n_blocks"] for s in sessions_meta], dtype=np.int64)
     n_requests = np.array([s["n_requests"] for s in sessions_meta], dtype=np.int64)
-    blocks = _read_table(entries[BLOCKS], BLOCKS, BLOCKS_SCHEMA, n_blocks, label)
+    blocks_schema = BLOCKS_SCHEMA_V2 if meta["version"] < 3 else BLOCKS_SCHEMA
+    blocks = _read_table(entries[BLOCKS], BLOCKS, blocks_schema, n_blocks, label)
     request_schema = REQUESTS_SCHEMA_V1 if meta["version"] == 1 else REQUESTS_SCHEMA
     requests = _read_table(entries[REQUESTS], REQUESTS, request_schema, n_requests, label)
     sessions = [

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 #: Claude tokens per cl100k token, the median over 219 requests of the compacted sessions
@@ -48,9 +48,11 @@ RESTORED_LOG_MU = 9.8501
 RESTORED_LOG_SIGMA = 0.6649
 #: exp(RESTORED_LOG_MU), rounded: what `restored_tokens` returns without an rng.
 RESTORED_MEDIAN = 18_960
-#: Median of (restored tokens - what the file rule below restores from the same history):
-#: what the rule misses (reminders, re-sent memory files, ...); observed 2,443-65,957.
-BEYOND_FILE_RULE = 11_776
+#: Median of what the restore model leaves unexplained: restored tokens minus the file
+#: rule below (whole-file sizes) minus, for 2.x clients, the first-message context they
+#: attach again. Reminders and the todo list; observed -5,284 to 63,855, 146-2,254 in the
+#: middle five.
+BEYOND_FILE_RULE = 1_798
 
 #: Default cap of a summary: Claude Code 2.1.88 reserves min(model max output, 20,000)
 #: tokens for the summary request's output (DESIGN.md section 4).
@@ -113,6 +115,43 @@ def file_restore_tokens(
     if any(t < 0 for t in recent_file_tokens):
         raise ValueError("file sizes must be >= 0")
     return min(budget, sum(min(per_file, t) for t in recent_file_tokens[:max_files]))
+
+
+def recent_file_sizes(
+    blocks: Iterable[int],
+    path: Sequence[int],
+    whole: Sequence[int],
+    shown: Callable[[int], int],
+    limit: int = RESTORE_MAX_FILES,
+) -> list[int]:
+    """Claude-token sizes of the `limit` most recently touched files, most recent first:
+    what the restore re-attaches before its caps.
+
+    `blocks` runs newest first; `path[i]` is block i's file (0: none); `whole[i]` the
+    whole-file size it observed in cl100k tokens (-1: none), converted with
+    TOKENIZER_RATIO; `shown(i)` what block i showed of its file in Claude tokens (-1: not
+    a Read result), used when no whole size was observed. A file never sized counts 0.
+    """
+    order: list[int] = []
+    size: dict[int, int] = {}
+    for i in blocks:
+        p = path[i]
+        if not p:
+            continue
+        if p not in size:
+            if len(order) >= limit:
+                continue
+            order.append(p)
+            size[p] = -1
+        if size[p] >= 0:
+            continue
+        if whole[i] >= 0:
+            size[p] = round(whole[i] * TOKENIZER_RATIO)
+        else:
+            size[p] = shown(i)
+        if len(order) >= limit and all(size[q] >= 0 for q in order):
+            break
+    return [max(size[q], 0) for q in order]
 
 
 def compaction_output_tokens(summary: int, *, analysis_stripped: bool = True) -> int:

@@ -2,7 +2,8 @@
 
 reserve = min(model max output, 20,000) (p99.99 of summaries is 17,387; 2.1.5-2.1.9
 reserved the whole 32,000 max output); effective window = window - reserve; threshold =
-effective - 13,000 buffer; blocking limit = effective - 3,000. The trigger compares an
+effective - 13,000 buffer (1.0.x: 92% of the effective window, 154,560 on 200k); blocking
+limit = effective - 3,000. The trigger compares an
 estimate: the last API usage (input + cache read + cache write + output) plus length/4 of
 newer messages (images 2,000 tokens), minus what snip freed.
 
@@ -14,8 +15,11 @@ A prompt that is too long is retried up to 3 times, each time dropping the oldes
 API-round groups until it fits; other failures come from a seeded probability. After 3
 consecutive failed compactions the circuit breaker turns autocompact off for the session;
 a success resets the count. After compaction the conversation is the summary, up to 5
-recently read files (5,000 tokens each, 50,000 in all, sized from the trace's own Read
-results) and invoked skills.
+recently touched files (5,000 tokens each, 50,000 in all) at their whole size as the
+transcript shows it (a Read result scaled to the file's line count, a Write's content, the
+file after an Edit: `Session.blocks["file_tokens"]`), and invoked skills; the policy adds
+the measured rest (policies/calibration/README.md: 1.0.53's restores are this rule within
+a few hundred tokens in four of six compactions).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from policies.calibration.summary import summary_tokens
+from policies.calibration.summary import recent_file_sizes, summary_tokens
 from policies.conversation import Conversation
 from simulator.model import Kind
 from simulator.view import View, chain
@@ -54,6 +58,8 @@ class Autocompact:
     def __init__(self, p: dict[str, Any]) -> None:
         self.enabled = bool(p["autocompact.enabled"])
         self.buffer = int(p["autocompact.buffer_tokens"])
+        fraction = p["autocompact.threshold_fraction"]
+        self.fraction = None if fraction is None else float(fraction)
         self.max_output = int(p["autocompact.max_output_tokens"])
         cap = p["autocompact.reserve_cap_tokens"]
         self.reserve_cap = None if cap is None else int(cap)
@@ -87,7 +93,10 @@ class Autocompact:
             out = min(out, model_max_output)
         reserve = out if self.reserve_cap is None else min(out, self.reserve_cap)
         effective = window - reserve
-        threshold = effective - self.buffer
+        if self.fraction is None:
+            threshold = effective - self.buffer
+        else:
+            threshold = int(self.fraction * effective)
         return Limits(
             window,
             reserve,
@@ -128,8 +137,18 @@ class Autocompact:
 
     # -- full compaction --------------------------------------------------------------
 
-    def compact(self, conv: Conversation, rng: random.Random, window: int) -> list[Attempt]:
-        """Run a full compaction; returns every attempt that was sent (priced) or refused."""
+    def compact(
+        self,
+        conv: Conversation,
+        rng: random.Random,
+        window: int,
+        summary: int | None = None,
+        *,
+        restore: bool = True,
+    ) -> list[Attempt]:
+        """Run a full compaction; returns every attempt that was sent (priced) or refused.
+        `summary` fixes the summary's size (a recorded one), else it is drawn; without
+        `restore` no files or skills are attached after it."""
         attempts: list[Attempt] = []
         items = list(conv.items)
         pre_tokens = conv.total()
@@ -142,9 +161,9 @@ class Autocompact:
             if self.failure_p > 0 and rng.random() < self.failure_p:
                 attempts.append(Attempt(view, 0, False, "failure"))
                 break
-            summary = self._summary_tokens(pre_tokens, rng)
-            attempts.append(Attempt(view, summary, True, ""))
-            self._install(conv, summary)
+            size = self._summary_tokens(pre_tokens, rng) if summary is None else summary
+            attempts.append(Attempt(view, size, True, ""))
+            self._install(conv, size, restore)
             return attempts
         return attempts
 
@@ -181,32 +200,28 @@ class Autocompact:
             g += 1
         return items[bounds[g] :]
 
-    def _install(self, conv: Conversation, summary: int) -> None:
+    def _install(self, conv: Conversation, summary: int, restore: bool = True) -> None:
         """The conversation after compaction: summary, restored files, skills."""
         keys = [conv.add_synthetic(summary, "summary", self.compactions)]
-        for tokens in self._restored(conv):
+        for tokens in self._restored(conv) if restore else []:
             keys.append(conv.add_synthetic(tokens, "restored", self.compactions))
-        if self.skills_tokens:
+        if self.skills_tokens and restore:
             keys.append(conv.add_synthetic(self.skills_tokens, "skills", self.compactions))
         conv.replace_all(keys)
         self.compactions += 1
 
     def _restored(self, conv: Conversation) -> list[int]:
-        """Sizes of the recently read files re-attached after compaction: the latest Read
-        result of up to 5 distinct files, each capped, within the total budget."""
+        """Sizes of the files re-attached after compaction: the most recently touched
+        files (read, written or edited), each at its last observed whole size, capped per
+        file and in total. A file whose size was never observed is re-read from disk by
+        the client; here it counts what its last Read result showed, else nothing."""
+        recent = recent_files(conv, self.restore_files)
         sizes: list[int] = []
-        seen: set[int] = set()
         budget = self.restore_total
-        for key in reversed(conv.items):
-            if len(sizes) >= self.restore_files or budget <= 0:
-                break
-            if not conv.is_read_result(key):
+        for tokens in recent:
+            size = min(tokens, self.restore_file_tokens, budget)
+            if size <= 0:
                 continue
-            path = conv.path_hash[key]
-            if path in seen:
-                continue
-            seen.add(path)
-            size = min(conv.tokens[key], self.restore_file_tokens, budget)
             sizes.append(size)
             budget -= size
         return sizes
@@ -225,3 +240,14 @@ class Autocompact:
             self.tripped = True
             return True
         return False
+
+
+def recent_files(conv: Conversation, limit: int) -> list[int]:
+    """Sizes of the `limit` files most recently touched in the conversation (see
+    `recent_file_sizes`); a Read result without a whole size counts what it showed."""
+
+    def shown(key: int) -> int:
+        return conv.tokens[key] if conv.is_read_result(key) else -1
+
+    keys = (k for k in reversed(conv.items) if k >= 0)
+    return recent_file_sizes(keys, conv.path_hash, conv.file_tokens, shown, limit)

@@ -28,6 +28,7 @@ from policies.claude_code.autocompact import Autocompact, Limits
 from policies.claude_code.budget import Budget
 from policies.claude_code.collapse import Collapse
 from policies.claude_code.microcompact import Microcompact
+from policies.claude_code.recorded import recorded_compactions
 from policies.claude_code.snip import Snip
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.view import Breakpoint, View, chain
@@ -75,6 +76,7 @@ BASE: dict[str, Any] = {
     "collapse.prompt_tokens": 500,
     "autocompact.enabled": True,
     "autocompact.buffer_tokens": 13_000,
+    "autocompact.threshold_fraction": None,  # a share of the effective window instead
     "autocompact.max_output_tokens": 32_000,
     "autocompact.reserve_cap_tokens": 20_000,
     "autocompact.warning_offset_tokens": 20_000,
@@ -90,6 +92,8 @@ BASE: dict[str, Any] = {
     "autocompact.restore_file_tokens": 5_000,
     "autocompact.restore_total_tokens": 50_000,
     "autocompact.restore_extra_tokens": BEYOND_FILE_RULE,
+    "autocompact.reattach_first_message": True,
+    "autocompact.as_recorded_before": None,  # request: recorded compactions before it replayed
     "autocompact.skills_tokens": 0,
     "autocompact.session_memory.enabled": False,
     "autocompact.session_memory.min_tail_tokens": 10_000,
@@ -111,8 +115,7 @@ class _State(ConversationSession):
         self.collapse = Collapse(p)
         self.auto = Autocompact(p)
         self.limits: Limits = self.auto.limits(ctx.facts.window, ctx.facts.max_output)
-        #: The user's own /compact commands are recorded actions: replayed as they were.
-        self.manual = {e.request for e in ctx.session.events if e.trigger == "manual"}
+        self.recorded = recorded_compactions(ctx.session, p["autocompact.as_recorded_before"])
 
     def on_enter(self, blocks: list[int]) -> None:
         self.budget.on_enter(self.conv, blocks)
@@ -148,8 +151,14 @@ class _State(ConversationSession):
                 estimate -= freed
             if self.collapse.blocked(estimate, limits.effective):
                 flags["overflow"] = True
-        elif k in self.manual and self.conv.items:
-            flags.update(self._compact(out, ttl, stage="manual"))
+        elif k in self.recorded and self.conv.items:
+            rec = self.recorded[k]
+            # What the recording logged after its summary (a /compact's command lines, the
+            # next prompt) came after the compaction: it stays.
+            after = [key for key in conv.items if key > rec.summary_block >= 0]
+            conv.remove_blocks(set(after))
+            flags.update(self._compact(out, ttl, rec.stage, rec.summary, attached=rec.attached))
+            conv.append(after)
         elif self.auto.due(estimate, limits):
             snapshot = conv.sync().copy()
             if self.auto.session_memory(conv):
@@ -162,8 +171,21 @@ class _State(ConversationSession):
             flags["overflow"] = True
         self.send(k, out, view, flags)
 
-    def _compact(self, out: Emitter, ttl: int, stage: str = "autocompact") -> dict[str, bool]:
-        attempts = self.auto.compact(self.conv, self.ctx.rng, self.limits.window)
+    def _compact(
+        self,
+        out: Emitter,
+        ttl: int,
+        stage: str = "autocompact",
+        summary: int | None = None,
+        *,
+        attached: int | None = None,
+    ) -> dict[str, bool]:
+        """A full compaction. With `attached` the tokens put back after the summary are
+        given (a recorded compaction's), else the files and extras are modelled."""
+        restore = attached is None
+        attempts = self.auto.compact(
+            self.conv, self.ctx.rng, self.limits.window, summary, restore=restore
+        )
         for a in attempts:
             if a.view is None:
                 continue  # refused as too long: an API error, not billed
@@ -176,11 +198,17 @@ class _State(ConversationSession):
             marks = self.breakpoints(a.view, ttl, fork=True)
             out.call(a.view, Call("compaction", name, marks, output))
         if attempts and attempts[-1].ok:
-            extra = int(self.p["autocompact.restore_extra_tokens"])
+            self.since_last = []
+            if attached is not None:
+                extra = attached
+            else:
+                extra = int(self.p["autocompact.restore_extra_tokens"])
+                if self.p["autocompact.reattach_first_message"]:
+                    prefix = self.conv.prefix.prefix
+                    extra += prefix.total - prefix.system
             if extra:
                 key = self.conv.add_synthetic(extra, "restored", 0xE7)
                 self.conv.append([key])
-            self.since_last = []
         return {"breaker_trip": True} if self.auto.record(attempts) else {}
 
     def _memory_call(self, out: Emitter, before: View, ttl: int) -> None:
@@ -252,8 +280,10 @@ class ClaudeCode216(ClaudeCode):
 @register
 class ClaudeCode10(ClaudeCode):
     """1.0.x (1.0.53 recorded in ../shared/traces): no tool-result budget yet, the whole
-    32,000-token max output reserved (compaction near 155k), summaries kept their
-    <analysis> section, 5-minute TTL."""
+    32,000-token max output reserved, compaction at 92% of the 168,000-token effective
+    window (154,560: the six 1.0.53 auto-compactions put the threshold between 154,390
+    and 154,558 plus the newer content's estimate), summaries kept their <analysis>
+    section, the first-message context is not attached again, 5-minute TTL."""
 
     name = "claude-code@1.0"
     version = "1.0.53"
@@ -262,7 +292,9 @@ class ClaudeCode10(ClaudeCode):
         "cache.ttl": "5m",
         "budget.enabled": False,
         "autocompact.reserve_cap_tokens": None,
+        "autocompact.threshold_fraction": 0.92,
         "autocompact.analysis_stripped": False,
+        "autocompact.reattach_first_message": False,
     }
 
 

@@ -1,0 +1,54 @@
+"""The recording's own compactions, replayed by the Claude Code policy where they happened.
+
+A user's /compact is a recorded action, not a policy decision: every preset performs it at
+the recorded request, with the summary the recording logged, and models what the client
+attached after it. For checking the policy's own trigger one compaction at a time, the
+compactions before a given request can also be replayed exactly as recorded (summary and
+unlogged attachments), so the check starts from the recorded state instead of from the
+policy's own, possibly different, earlier compactions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.model import Flag, Kind, Session
+
+
+@dataclass(frozen=True)
+class RecordedCompaction:
+    """A compaction of the recording that the policy performs where it happened."""
+
+    stage: str  # "manual" (the user's /compact) or "as-recorded"
+    summary: int | None  # the summary block's tokens (None: not logged, drawn)
+    attached: int | None  # tokens the client put back after it (None: modelled)
+    summary_block: int  # blocks logged after it came after the compaction (-1: none logged)
+
+
+def recorded_compactions(session: Session, before: int | None) -> dict[int, RecordedCompaction]:
+    """Request -> compaction to replay. The user's /compact commands are recorded actions,
+    replayed with the summary the recording logged (the attachments are modelled). With
+    `before`, every recorded compaction before that request is replayed exactly as
+    recorded: the summary plus the unlogged attachments the builder inferred from the
+    usage (INJECTED artifacts), so the context after it is the recorded one; a check of
+    the policy's own trigger can then start from the recorded state rather than from its
+    own earlier compactions."""
+    b = session.blocks
+    out: dict[int, RecordedCompaction] = {}
+    for e in session.events:
+        if e.summary_block < 0:
+            if e.trigger == "manual":
+                out[e.request] = RecordedCompaction("manual", None, None, -1)
+            continue
+        summary = int(b["tokens"][e.summary_block])
+        if before is not None and e.request < before:
+            attached = (
+                (b["first_request"] == e.request)
+                & (b["kind"] == Kind.INJECTED)
+                & ((b["flags"] & Flag.ARTIFACT) != 0)
+            )
+            tokens = int(b["tokens"][attached].sum())
+            out[e.request] = RecordedCompaction("as-recorded", summary, tokens, e.summary_block)
+        elif e.trigger == "manual":
+            out[e.request] = RecordedCompaction("manual", summary, None, e.summary_block)
+    return out
