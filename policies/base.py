@@ -14,6 +14,8 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from policies.calibration.summary import SUMMARY_CAP, summary_tokens
 from policies.conversation import Conversation
 from simulator.model import Flag
@@ -55,8 +57,8 @@ class ConversationSession(SessionPolicy):
         self.p = params
         self.conv = Conversation(ctx, prefix_resets=bool(params.get("prefix_resets", True)))
         self.schedule = ctx.history.logical
-        flags = ctx.session.blocks["flags"].tolist()
-        self.stripped = {b for b, f in enumerate(flags) if f & int(Flag.STRIPPED)}
+        stripped = (ctx.session.blocks["flags"] & Flag.STRIPPED) != 0
+        self.stripped: set[int] = set(np.flatnonzero(stripped).tolist())
         self.hidden: list[int] = ctx.session.blocks["hidden_from"].tolist()
         self.ttl_setting = str(params.get("cache.ttl", "recorded"))
         self.message_marks = message_marks
@@ -97,7 +99,7 @@ class ConversationSession(SessionPolicy):
         rewound: set[int] = set()
         for b in self.schedule.leave[k]:
             if b in self.stripped and self.hidden[b] == k:
-                if b in conv.items:
+                if conv.index_of(b) is not None:
                     conv.edit_out(b)  # still sent, no longer counted: prefix unchanged
             else:
                 rewound.add(b)
@@ -121,11 +123,11 @@ class ConversationSession(SessionPolicy):
         conv = self.conv
         if self.last_total is None:
             return conv.total()
-        newer = sum(
-            conv.estimate_chars(key) // 4
-            for key in self.since_last
-            if key < 0 or conv.origin[key] != k - 1
-        )
+        newer = 0
+        origin = conv.origin
+        for key in self.since_last:
+            if key < 0 or origin[key] != k - 1:
+                newer += conv.estimate_chars(key) // 4
         return self.last_total + self.last_output + newer
 
     def step(self, k: int, out: Emitter) -> None:

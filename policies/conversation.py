@@ -5,6 +5,8 @@ tool result: `override`), deleted by reference (`edited`: cache_edits), or items
 policy made itself (ids < 0: a summary, restored files). The history is never touched;
 this is the policy's projection of it. Changes in the middle mark the view dirty from
 that item; `sync` re-chains once, from the first change, before the request is sent.
+Deletions by reference change no hash: they are collected and applied to the view's token
+counts in one pass at `sync`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from simulator.model import Flag, Kind
 from simulator.policy import SessionContext
 from simulator.prefix import PrefixState, infer
-from simulator.view import View, chain
+from simulator.view import NO_BLOCK, View, chain
 
 #: Tokens of the marker a cleared tool result is replaced by ("[Old tool result content
 #: cleared]" is 7 cl100k tokens).
@@ -56,12 +58,18 @@ class Conversation:
         self.epoch = 0
         names = s.tools
         self.block_tool: list[str | None] = [names[t] if t >= 0 else None for t in self.tool_ids]
-        self.result: list[bool] = [k == Kind.TOOL_RESULT for k in self.kinds]
+        self.result: list[bool] = (b["kind"] == Kind.TOOL_RESULT).tolist()
         self.override: dict[int, tuple[int, int]] = {}
         self.edited: set[int] = set()
         self.synthetic: dict[int, Synthetic] = {}
         self._next_synthetic = -2
         self._dirty: int | None = None
+        #: View positions deleted by reference since the last sync (see `edit_out`).
+        self._edits: list[int] = []
+        #: Where each key is in `items`, for items[:_indexed] (see `index_of`).
+        self._index: dict[int, int] = {}
+        self._indexed = 0
+        self._index_epoch = 0
 
     # -- items ----------------------------------------------------------------------
 
@@ -107,10 +115,39 @@ class Conversation:
             return
         self.items.extend(keys)
         if self._dirty is None:
-            if all(k >= 0 and k not in self.override for k in keys):
+            plain = self.override.keys().isdisjoint(keys) and self.edited.isdisjoint(keys)
+            if plain and min(keys) >= 0:
                 self.view.extend_blocks(keys, self.hashes, self.tokens)
             else:
-                self.view.extend((k if k >= 0 else -1, *self.item(k)) for k in keys)
+                self.view.extend((k if k >= 0 else NO_BLOCK, *self.sent(k)) for k in keys)
+
+    def index_of(self, key: int) -> int | None:
+        """Where `key` is in `items` (None: not there), without scanning them: an index
+        extended on appends and rebuilt when `epoch` says items left or moved (the stages
+        edit `items` directly and bump `epoch`, as their own indexes rely on). A stale hit
+        (items changed without a bump) is caught and the index rebuilt."""
+        items = self.items
+        if self._index_epoch != self.epoch:
+            self._index_epoch = self.epoch
+            self._index = {}
+            self._indexed = 0
+        if self._indexed < len(items):
+            new = range(self._indexed, len(items))
+            self._index.update(zip(items[self._indexed :], new, strict=True))
+            self._indexed = len(items)
+        i = self._index.get(key)
+        if i is not None and (i >= len(items) or items[i] != key):
+            self._index = {k: j for j, k in enumerate(items)}
+            self._indexed = len(items)
+            i = self._index.get(key)
+        return i
+
+    def _position(self, key: int) -> int:
+        """Index of `key` in `items` (it must be there)."""
+        i = self.index_of(key)
+        if i is None:
+            raise ValueError(f"{key} is not in the conversation")
+        return i
 
     def touch(self, index: int) -> None:
         """Item `index` changed: the view is re-chained from there at the next sync."""
@@ -118,7 +155,7 @@ class Conversation:
 
     def set_override(self, block: int, item_hash: int, tokens: int) -> None:
         self.override[block] = (item_hash, tokens)
-        self.touch(self.items.index(block))
+        self.touch(self._position(block))
 
     def remove_blocks(self, blocks: set[int]) -> None:
         """Items leave (a rewound branch): the view is re-chained from the first."""
@@ -132,12 +169,16 @@ class Conversation:
         self.touch(first)
 
     def edit_out(self, block: int) -> None:
-        """cache_edits: the item stops counting but keeps its place in the cached prefix."""
+        """cache_edits: the item stops counting but keeps its place in the cached prefix.
+        Applied to the view at the next sync, with the other deletions of this request
+        (one pass over the token counts for all of them); an item at or after a pending
+        change is re-appended by the sync, which reads `edited` itself."""
         if block in self.edited:
             return
         self.edited.add(block)
-        if self._dirty is None:
-            self.view.edit_out(self.n_prefix + self.items.index(block))
+        i = self._position(block)
+        if self._dirty is None or i < self._dirty:
+            self._edits.append(self.n_prefix + i)
 
     def replace_range(self, lo: int, hi: int, keys: list[int]) -> None:
         """Items lo..hi become `keys` (a summary of them, or nothing)."""
@@ -157,36 +198,46 @@ class Conversation:
 
     def sync(self) -> View:
         """The view of the current items (re-chained from the first change, if any)."""
+        self._apply_edits()
         if self._dirty is not None:
             i = self._dirty
             self._dirty = None
             self.view.truncate(self.n_prefix + i)
             keys = self.items[i:]
-            ids: list[int] = []
-            hashes: list[int] = []
-            tokens: list[int] = []
-            override, edited, synthetic = self.override, self.edited, self.synthetic
+            override, edited = self.override, self.edited
             block_hashes, block_tokens = self.hashes, self.tokens
-            for key in keys:
-                if key < 0:
-                    syn = synthetic[key]
-                    ids.append(-1)
-                    hashes.append(syn.hash)
-                    tokens.append(syn.tokens)
-                    continue
-                o = override.get(key)
-                h, t = o if o is not None else (block_hashes[key], block_tokens[key])
-                ids.append(key)
-                hashes.append(h)
-                tokens.append(0 if key in edited else t)  # cache_edits: hash kept, not counted
+            # Plain blocks looked up directly; rewritten and synthetic ones through `sent`.
+            hashes = [
+                block_hashes[k] if k >= 0 and k not in override else self.sent(k)[0] for k in keys
+            ]
+            tokens = [
+                (0 if k in edited else block_tokens[k])  # cache_edits: hash kept, not counted
+                if k >= 0 and k not in override
+                else self.sent(k)[1]
+                for k in keys
+            ]
+            ids = [k if k >= 0 else NO_BLOCK for k in keys]
             self.view.extend_items(ids, hashes, tokens)
         return self.view
 
+    def _apply_edits(self) -> None:
+        if self._edits:
+            self.view.edit_out_many(self._edits)
+            self._edits = []
+
     def reset_prefix(self, k: int) -> None:
-        """Apply an unlogged change of the client's context at request k, if any."""
-        if self.prefix.reset(k):
-            self.view, self.warm, self.marks = self.prefix.start_view()
-            self._dirty = 0
+        """Apply an unlogged change of the client's context at request k, if any. Only a
+        prefix segment changes: the items keep their hashes and sizes (read back from the
+        view up to its first pending change), they are only re-chained after the new
+        prefix."""
+        if not self.prefix.reset(k):
+            return
+        self._apply_edits()
+        old = self.view
+        self.view, self.warm, self.marks = self.prefix.start_view()
+        n = self.n_prefix
+        end = len(old.ids) if self._dirty is None else n + self._dirty
+        self.view.extend_items(old.ids[n:end], old.hashes[n:end], old.tokens[n:end])
 
     # -- facts for the stages -----------------------------------------------------------
 
@@ -205,17 +256,18 @@ class Conversation:
         separates a tool_use from its tool_result."""
         starts: list[int] = []
         prev: object = None
+        origin, result = self.origin, self.result  # a pass over every item: locals
         for i, key in enumerate(self.items):
             if key < 0:
                 starts.append(i)
                 prev = ("synthetic", i)
                 continue
-            o = self.origin[key]
+            o = origin[key]
             if o >= 0:
                 if prev != o:
                     starts.append(i)
                     prev = o
-            elif self.is_tool_result(key) and prev is not None:
+            elif result[key] and prev is not None:
                 continue  # stays with the response it answers
             elif prev != "user":
                 starts.append(i)

@@ -3,7 +3,7 @@ it, or sent uncached. One instance per session (a cache domain), fed requests in
 
 Anthropic (explicit breakpoints), per its prompt-caching documentation:
 * The prompt is cached as prefixes in the order tools, system, messages; a change anywhere
-  changes every later prefix (the hash chain of simulator/view.py gives exactly that).
+  changes every later prefix (the prefix hashes of simulator/view.py give exactly that).
 * Only prefixes ending at a breakpoint (at most 4 per request, placed by the request
   builder) are written. For each breakpoint the lookup checks the block boundaries from
   the breakpoint back `lookback` (about 20) blocks and reads the longest cached prefix
@@ -65,7 +65,7 @@ class PromptCache:
         self.warm_entry(view.chains[: position + 1], view.cum[position], now_ms, ttl_ms)
 
     def warm_entry(self, chains: list[int], tokens: int, now_ms: int, ttl_ms: int) -> None:
-        """Seed the prefix whose hash chain is `chains` (its last hash names it)."""
+        """Seed the prefix whose prefix hashes are `chains` (its last hash names it)."""
         raise NotImplementedError
 
 

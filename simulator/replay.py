@@ -172,6 +172,23 @@ class _SessionEngine(Emitter):
 Observer = Callable[[int, int, View, Call, Usage], None]
 
 
+def session_context(trace_name: str, session: Session, options: ReplayOptions) -> SessionContext:
+    """What a policy replaying `session` (at least one request) may know about it."""
+    model = session.models[int(session.requests["model"][0])]
+    return SessionContext(
+        session=session,
+        history=History(session),
+        facts=facts(model),
+        rng=random.Random(_seed_for(options.seed, trace_name, session.id)),
+        ts=session.requests["ts"].tolist(),
+        ts_end=session.requests["ts_end"].tolist(),
+        models=[session.models[m] for m in session.requests["model"].tolist()],
+        recorded_ttl=recorded_ttl(session),
+        output=session.requests["output"].tolist(),
+        root=session_root(session, model),
+    )
+
+
 def replay_session(
     trace_name: str,
     index: int,
@@ -185,21 +202,7 @@ def replay_session(
     n = session.n_requests
     if n == 0:
         return
-    model = session.models[int(session.requests["model"][0])]
-    model_facts = facts(model)
-    ctx = SessionContext(
-        session=session,
-        history=History(session),
-        facts=model_facts,
-        rng=random.Random(_seed_for(options.seed, trace_name, session.id)),
-        ts=session.requests["ts"].tolist(),
-        ts_end=session.requests["ts_end"].tolist(),
-        models=[session.models[m] for m in session.requests["model"].tolist()],
-        recorded_ttl=recorded_ttl(session),
-        output=session.requests["output"].tolist(),
-        root=session_root(session, model),
-    )
-    state = policy.session(ctx)
+    state = policy.session(session_context(trace_name, session, options))
     engine = _SessionEngine(trace_name, index, session, options.cache, rows)
     engine.observe = observe
     for k in range(n):

@@ -2,11 +2,20 @@
 
 An item is the system/tools prefix (one or more pseudo-items) or one block of the history,
 possibly rewritten by a policy (a cleared tool result, a summary). Each item has a hash
-(its content identity) and a token count. The view keeps, for every position, the hash
-chain of the prefix up to it and the cumulative token count, so the prompt-cache model can
-ask "is the prefix through item i cached?" in O(1), and an append-only request (the
-common case) costs O(new items). A change in the middle truncates the view there and
-re-appends the rest: a policy pays only for what it touches.
+(its content identity) and a token count. The view keeps, for every position, a hash of
+the prefix up to it and the cumulative token count, so the prompt-cache model can ask "is
+the prefix through item i cached?" in O(1), and an append-only request (the common case)
+costs O(new items). A change in the middle truncates the view there and re-appends the
+rest: a policy pays only for what it touches.
+
+The prefix hash through position i is the view's root plus, for every item up to i, a
+term mixing the item's hash with its position (`term`), modulo 2**64. Like a hash chain it
+identifies the whole sequence, order included (the position is mixed into each term), but
+each term depends on one item only, so the prefix hashes of a long run of items are a
+cumulative sum that numpy computes at once. That matters when a change near the start (a
+snipped range, a committed collapse, a rewritten prefix segment) re-appends the whole rest
+of the view: with a chain, where each hash depends on the previous one, that was a Python
+loop over every later item.
 
 The view is a projection over the session's append-only history (block ids refer to it);
 building it never mutates the history.
@@ -15,7 +24,11 @@ building it never mutates the history.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import accumulate, islice
 from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 FIVE_MINUTES = 5 * 60 * 1000
 ONE_HOUR = 60 * 60 * 1000
@@ -32,19 +45,86 @@ class Breakpoint(NamedTuple):
 
 _MASK = (1 << 64) - 1
 _MUL = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
 _SEED = 0x243F6A8885A308D3
+_U_MUL, _U_MIX1, _U_MIX2 = np.uint64(_MUL), np.uint64(_MIX1), np.uint64(_MIX2)
+_U30, _U27, _U31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+#: From this many items on, prefix hashes are computed with numpy; below it, converting
+#: to and from arrays costs more than the Python loop.
+_VECTOR_MIN = 24
 
 #: Item id of pseudo-items that are not history blocks (prefix segments, summaries).
 NO_BLOCK = -1
 
 
 def chain(previous: int, item_hash: int) -> int:
-    """Hash of a prefix extended by one item (splitmix64-style mixing; not cryptographic:
-    the item hashes are keyed content hashes already)."""
+    """A hash of two (splitmix64-style mixing; not cryptographic: the item hashes are keyed
+    content hashes already): how an identity is derived from others, e.g. a cleared tool
+    result's from its block's, a summary's from the session's root, a prefix term's from
+    the item's and its position's."""
     z = (previous ^ item_hash) * _MUL & _MASK
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK
+    z = (z ^ (z >> 30)) * _MIX1 & _MASK
+    z = (z ^ (z >> 27)) * _MIX2 & _MASK
     return z ^ (z >> 31)
+
+
+class _Salts:
+    """The salt of each position, `chain(_SEED, position)`: pseudo-random, so that no
+    pattern in the item hashes (consecutive or evenly spaced values) lines up with the
+    positions. Computed once for every position up to the longest view met, as ints and
+    as a uint64 array for the vectorised path. It grows by replacing both at once, never
+    in place, so what a caller was handed never changes (threads sharing it included)."""
+
+    def __init__(self) -> None:
+        self.table: tuple[list[int], npt.NDArray[np.uint64]] = ([], np.zeros(0, np.uint64))
+
+    def upto(self, n: int) -> tuple[list[int], npt.NDArray[np.uint64]]:
+        """The salts of at least positions 0..n-1, as ints and as an array."""
+        table = self.table
+        ints = table[0]
+        if n > len(ints):
+            more = range(len(ints), max(n, 2 * len(ints), 1024))
+            ints = ints + [chain(_SEED, position) for position in more]
+            table = self.table = (ints, np.array(ints, dtype=np.uint64))
+        return table
+
+
+_SALTS = _Salts()
+
+
+def term(position: int, item_hash: int) -> int:
+    """What the item at `position` adds to the hash of every prefix holding it: `chain` of
+    the position's salt and the item's hash."""
+    return chain(_SALTS.upto(position + 1)[0][position], item_hash)
+
+
+def prefix_hashes(previous: int, start: int, item_hashes: list[int]) -> list[int]:
+    """Hashes of the prefixes through positions start, start + 1, ... of items with
+    `item_hashes`, after a prefix through start - 1 hashing to `previous` (the root when
+    start is 0)."""
+    salts, salt_array = _SALTS.upto(start + len(item_hashes))
+    if len(item_hashes) < _VECTOR_MIN:
+        out: list[int] = []
+        for position, h in enumerate(item_hashes, start):
+            z = (h ^ salts[position]) * _MUL & _MASK  # term(), inlined: the per-request path
+            z = (z ^ (z >> 30)) * _MIX1 & _MASK
+            z = (z ^ (z >> 27)) * _MIX2 & _MASK
+            previous = (previous + (z ^ (z >> 31))) & _MASK
+            out.append(previous)
+        return out
+    # The same terms for every item at once; uint64 arithmetic wraps modulo 2**64, as the
+    # masks above do.
+    terms = np.array(item_hashes, dtype=np.uint64) ^ salt_array[start : start + len(item_hashes)]
+    terms *= _U_MUL
+    terms = (terms ^ (terms >> _U30)) * _U_MIX1
+    terms = (terms ^ (terms >> _U27)) * _U_MIX2
+    terms ^= terms >> _U31
+    np.cumsum(terms, out=terms)
+    terms += np.uint64(previous)
+    hashes: list[int] = terms.tolist()
+    return hashes
 
 
 class View:
@@ -77,67 +157,71 @@ class View:
     def append(self, block: int, item_hash: int, tokens: int) -> None:
         chains, cum = self.chains, self.cum
         if chains:
-            z = (chains[-1] ^ item_hash) * _MUL & _MASK  # chain(), inlined: the hot path
+            previous = chains[-1]
             prev_cum = cum[-1]
         else:
-            z = (self.root ^ item_hash) * _MUL & _MASK
+            previous = self.root
             prev_cum = 0
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK
+        salts = _SALTS.table[0]
+        if len(chains) >= len(salts):
+            salts = _SALTS.upto(len(chains) + 1)[0]
+        z = (item_hash ^ salts[len(chains)]) * _MUL & _MASK  # term(), inlined: a hot path
+        z = (z ^ (z >> 30)) * _MIX1 & _MASK
+        z = (z ^ (z >> 27)) * _MIX2 & _MASK
         self.ids.append(block)
         self.hashes.append(item_hash)
         self.tokens.append(tokens)
-        chains.append(z ^ (z >> 31))
+        chains.append((previous + (z ^ (z >> 31))) & _MASK)
         cum.append(prev_cum + tokens)
 
     def extend_blocks(self, blocks: list[int], hashes: list[int], tokens: list[int]) -> None:
-        """Append history blocks (item hash and tokens looked up by block id): the per-request
-        hot path of every policy, so the chain step is inlined with locals bound once."""
-        if not blocks:
+        """Append history blocks (item hash and tokens looked up by block id): the
+        per-request path of every policy, a few blocks at a time, so `term` is inlined
+        with locals bound once."""
+        if len(blocks) >= _VECTOR_MIN:
+            self.extend_items(blocks, [hashes[b] for b in blocks], [tokens[b] for b in blocks])
             return
-        ids, item_hashes, item_tokens, chains, cum = (
-            self.ids,
-            self.hashes,
-            self.tokens,
-            self.chains,
-            self.cum,
-        )
-        z_prev = chains[-1] if chains else self.root
+        item_hashes, item_tokens, chains, cum = self.hashes, self.tokens, self.chains, self.cum
+        position = len(chains)
+        salts = _SALTS.table[0]
+        if position + len(blocks) > len(salts):
+            salts = _SALTS.upto(position + len(blocks))[0]
+        previous = chains[-1] if chains else self.root
         total = cum[-1] if cum else 0
+        self.ids += blocks
         for b in blocks:
             h = hashes[b]
             t = tokens[b]
-            z = (z_prev ^ h) * _MUL & _MASK
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK
-            z_prev = z ^ (z >> 31)
+            z = (h ^ salts[position]) * _MUL & _MASK
+            z = (z ^ (z >> 30)) * _MIX1 & _MASK
+            z = (z ^ (z >> 27)) * _MIX2 & _MASK
+            previous = (previous + (z ^ (z >> 31))) & _MASK
+            position += 1
             total += t
-            ids.append(b)
             item_hashes.append(h)
             item_tokens.append(t)
-            chains.append(z_prev)
+            chains.append(previous)
             cum.append(total)
 
     def extend_items(self, ids: list[int], hashes: list[int], tokens: list[int]) -> None:
-        """Append items given as parallel lists (a re-chain after a change in the middle)."""
+        """Append items given as parallel lists."""
+        if len(ids) != len(hashes) or len(ids) != len(tokens):
+            raise ValueError("ids, hashes and tokens must have one entry per item")
+        if not ids:
+            return
         chains, cum = self.chains, self.cum
-        z_prev = chains[-1] if chains else self.root
-        total = cum[-1] if cum else 0
-        for h, t in zip(hashes, tokens, strict=True):
-            z = (z_prev ^ h) * _MUL & _MASK
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK
-            z_prev = z ^ (z >> 31)
-            total += t
-            chains.append(z_prev)
-            cum.append(total)
-        self.ids.extend(ids)
-        self.hashes.extend(hashes)
-        self.tokens.extend(tokens)
+        start = len(chains)
+        chains += prefix_hashes(chains[-1] if chains else self.root, start, hashes)
+        running = accumulate(tokens, initial=cum[-1] if cum else 0)
+        next(running)  # the `initial` value: the total before these items
+        cum += running
+        self.ids += ids
+        self.hashes += hashes
+        self.tokens += tokens
 
     def extend(self, items: Iterable[tuple[int, int, int]]) -> None:
-        for block, item_hash, tokens in items:
-            self.append(block, item_hash, tokens)
+        rows = list(items)
+        self.extend_items([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
 
     def truncate(self, n: int) -> None:
         """Keep the first `n` items."""
@@ -148,11 +232,10 @@ class View:
         return list(zip(self.ids[start:], self.hashes[start:], self.tokens[start:], strict=True))
 
     def replace(self, position: int, block: int, item_hash: int, tokens: int) -> None:
-        """Rewrite one item; everything after it is re-chained (its prefix changed)."""
+        """Rewrite one item; every later prefix hash is recomputed (its prefix changed)."""
         rest = self.items(position + 1)
         self.truncate(position)
-        self.append(block, item_hash, tokens)
-        self.extend(rest)
+        self.extend([(block, item_hash, tokens), *rest])
 
     def remove(self, positions: list[int]) -> None:
         """Drop items (ascending positions); the prefix after the first one changes."""
@@ -176,10 +259,21 @@ class View:
     def edit_out(self, position: int) -> None:
         """Delete an item by reference (Anthropic `cache_edits`): its tokens stop counting
         but the prefix hashes stay, so the cached prefix remains valid."""
-        delta = self.tokens[position]
-        if not delta:
-            return
-        self.tokens[position] = 0
-        cum = self.cum
-        for i in range(position, len(cum)):
-            cum[i] -= delta
+        self.edit_out_many((position,))
+
+    def edit_out_many(self, positions: Iterable[int]) -> None:
+        """`edit_out` for several items at once: the running token counts after the first
+        of them are recomputed in one pass, not once per item (a policy that deletes a
+        batch of old results would otherwise pay O(view) for each)."""
+        tokens = self.tokens
+        first = len(tokens)
+        for p in positions:
+            if tokens[p]:
+                tokens[p] = 0
+                if p < first:
+                    first = p
+        if first < len(tokens):
+            before = self.cum[first - 1] if first else 0
+            running = accumulate(islice(tokens, first, None), initial=before)
+            next(running)  # the `initial` value: the total before `first`
+            self.cum[first:] = running

@@ -29,6 +29,8 @@ class Budget:
         self.message_chars = int(p["budget.per_message.max_chars"])
         #: Results persisted so far (for the loss metrics and tests).
         self.persisted: list[int] = []
+        #: `limit` of each tool met so far.
+        self._limits: dict[str | None, int | None] = {}
 
     def limit(self, tool: str | None) -> int | None:
         """Characters above which a result of `tool` is persisted (None: never)."""
@@ -46,24 +48,30 @@ class Budget:
 
     def on_enter(self, conv: Conversation, keys: list[int]) -> None:
         """Decide for results about to enter the conversation (called before they are
-        appended, so the decision costs no re-chaining)."""
+        appended, so the decision costs no re-chaining). Runs for every request: the
+        per-tool limits are looked up once per tool."""
         if not self.enabled:
             return
+        result, chars, block_tool, limits = conv.result, conv.chars, conv.block_tool, self._limits
         fresh: dict[int, list[int]] = {}
         for key in keys:
-            if not conv.is_tool_result(key):
+            if key < 0 or not result[key]:
                 continue
-            limit = self.limit(conv.tool(key))
-            if limit is not None and conv.chars[key] > limit:
-                self._persist(conv, key)
+            tool = block_tool[key]
+            if tool in limits:
+                limit = limits[tool]
             else:
+                limit = limits[tool] = self.limit(tool)
+            if limit is not None and chars[key] > limit:
+                self._persist(conv, key)
+            elif self.per_message:
                 fresh.setdefault(conv.msg[key], []).append(key)
-        if not self.per_message:
-            return
         for blocks in fresh.values():
-            total = sum(conv.chars[b] for b in blocks)
-            for b in sorted(blocks, key=lambda x: -conv.chars[x]):
+            total = sum(chars[b] for b in blocks)
+            if total <= self.message_chars:
+                continue
+            for b in sorted(blocks, key=lambda x: -chars[x]):
                 if total <= self.message_chars:
                     break
-                total -= conv.chars[b] - self.preview_chars
+                total -= chars[b] - self.preview_chars
                 self._persist(conv, b)

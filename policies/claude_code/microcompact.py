@@ -37,23 +37,25 @@ class Microcompact:
         self._epoch = -1
         self._seen = 0
 
-    def _qualifies(self, conv: Conversation, k: int) -> bool:
-        return (
-            k >= 0
-            and conv.result[k]
-            and conv.block_tool[k] in self.tools
-            and k not in self.cleared
-            and k not in conv.edited
-        )
-
     def _candidates(self, conv: Conversation) -> list[int]:
+        """Results of the compactable tools not yet cleared or deleted, oldest first."""
         if conv.epoch != self._epoch:
             self._epoch = conv.epoch
             self._seen = 0
             self._cands = []
         items = conv.items
         if self._seen < len(items):
-            self._cands.extend(k for k in items[self._seen :] if self._qualifies(conv, k))
+            result, tool, tools = conv.result, conv.block_tool, self.tools
+            cleared, edited = self.cleared, conv.edited
+            self._cands += [
+                k
+                for k in items[self._seen :]
+                if k >= 0
+                and result[k]
+                and tool[k] in tools
+                and k not in cleared
+                and k not in edited
+            ]
             self._seen = len(items)
         return self._cands
 

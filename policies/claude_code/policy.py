@@ -115,6 +115,8 @@ class _State(ConversationSession):
         self.collapse = Collapse(p)
         self.auto = Autocompact(p)
         self.limits: Limits = self.auto.limits(ctx.facts.window, ctx.facts.max_output)
+        self._marks_of: list[int] = []
+        self._marks_by_ttl: dict[int, list[Breakpoint]] = {}
         self.recorded = recorded_compactions(ctx.session, p["autocompact.as_recorded_before"])
 
     def on_enter(self, blocks: list[int]) -> None:
@@ -125,9 +127,22 @@ class _State(ConversationSession):
         summary request marks the second-to-last: it reads the prefix, writes no tail).
         Unlike the base rule, the last item is marked even when it is in the prefix."""
         last = len(view.ids) - (2 if fork else 1)
-        marks = [Breakpoint(p, ttl) for p in self.conv.marks if p <= last]
+        marks = self._system_marks(ttl)
+        if marks and marks[-1].position > last:
+            marks = [m for m in marks if m.position <= last]
         if last >= 0 and (not marks or marks[-1].position < last):
-            marks.append(Breakpoint(last, ttl))
+            return [*marks, Breakpoint(last, ttl)]
+        return list(marks)
+
+    def _system_marks(self, ttl: int) -> list[Breakpoint]:
+        """The system markers (ascending) with `ttl`: made once per TTL, not per request,
+        until a prefix reset gives the conversation new marks."""
+        if self.conv.marks is not self._marks_of:
+            self._marks_of = self.conv.marks
+            self._marks_by_ttl.clear()
+        marks = self._marks_by_ttl.get(ttl)
+        if marks is None:
+            marks = self._marks_by_ttl[ttl] = [Breakpoint(p, ttl) for p in self._marks_of]
         return marks
 
     def step(self, k: int, out: Emitter) -> None:

@@ -1,0 +1,138 @@
+"""The view's prefix hashes and token counts (simulator/view.py).
+
+Prefix hashes are computed three ways (one item at a time, a few blocks inlined, a long run
+through numpy); each test checks they agree, and that they behave as prefix identities: a
+change at one position changes every later prefix hash and no earlier one.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.view import _VECTOR_MIN, View, prefix_hashes, term
+
+ROOT = 0x5EED
+HASHES = st.integers(0, 2**64 - 1)
+TOKENS = st.integers(0, 5_000)
+
+
+def one_by_one(items: list[tuple[int, int]], root: int = ROOT) -> View:
+    view = View(root)
+    for i, (h, t) in enumerate(items):
+        view.append(i, h, t)
+    return view
+
+
+def at_once(items: list[tuple[int, int]], root: int = ROOT) -> View:
+    view = View(root)
+    view.extend_items(list(range(len(items))), [h for h, _ in items], [t for _, t in items])
+    return view
+
+
+def by_block(items: list[tuple[int, int]], root: int = ROOT) -> View:
+    """Items as history blocks, appended in runs of 1 to 3 (a request's new blocks)."""
+    view = View(root)
+    hashes, tokens = [h for h, _ in items], [t for _, t in items]
+    blocks = list(range(len(items)))
+    start, size = 0, 1
+    while start < len(blocks):
+        view.extend_blocks(blocks[start : start + size], hashes, tokens)
+        start, size = start + size, size % 3 + 1
+    return view
+
+
+def state(view: View) -> tuple[list[int], ...]:
+    return view.ids, view.hashes, view.tokens, view.chains, view.cum
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(HASHES, TOKENS), max_size=3 * _VECTOR_MIN), HASHES)
+def test_every_way_of_appending_gives_the_same_view(
+    items: list[tuple[int, int]], root: int
+) -> None:
+    expected = one_by_one(items, root)
+    assert state(at_once(items, root)) == state(expected)
+    assert state(by_block(items, root)) == state(expected)
+    whole = View(root)  # one long run of blocks: extend_blocks through numpy
+    whole.extend_blocks(list(range(len(items))), [h for h, _ in items], [t for _, t in items])
+    assert state(whole) == state(expected)
+    assert expected.cum == list(accumulate(t for _, t in items))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(HASHES, min_size=1, max_size=3 * _VECTOR_MIN), st.integers(0, 5_000), HASHES)
+def test_numpy_and_python_prefix_hashes_agree(hashes: list[int], start: int, before: int) -> None:
+    """Whatever the run's length, start position and the hash before it, the long-run path
+    (numpy) and the short-run path (Python) give the sum of the terms modulo 2**64."""
+    expected = list(accumulate((term(start + i, h) for i, h in enumerate(hashes)), initial=before))
+    expected = [e % 2**64 for e in expected[1:]]
+    assert prefix_hashes(before, start, hashes) == expected
+    while len(hashes) < _VECTOR_MIN:
+        hashes = hashes + hashes
+    expected = list(accumulate((term(start + i, h) for i, h in enumerate(hashes)), initial=before))
+    assert prefix_hashes(before, start, hashes) == [e % 2**64 for e in expected[1:]]
+
+
+def test_a_change_changes_every_later_prefix_and_no_earlier_one() -> None:
+    items = [(0x1000 + i, 10) for i in range(2 * _VECTOR_MIN)]
+    base = at_once(items).chains
+    for position in (0, 5, len(items) - 1):
+        changed = list(items)
+        changed[position] = (0xBEEF, 10)
+        chains = at_once(changed).chains
+        assert chains[:position] == base[:position]
+        assert all(a != b for a, b in zip(chains[position:], base[position:], strict=True))
+
+
+def test_order_matters_and_the_root_too() -> None:
+    a, b = (0xA, 1), (0xB, 1)
+    assert one_by_one([a, b]).chains[-1] != one_by_one([b, a]).chains[-1]
+    assert one_by_one([a, a]).chains[-1] != one_by_one([a]).chains[-1]
+    assert one_by_one([a], root=1).chains != one_by_one([a], root=2).chains
+
+
+@pytest.mark.parametrize("step", [1, 0x9E3779B97F4A7C15, 2**32])
+def test_evenly_spaced_item_hashes_give_distinct_prefixes(step: int) -> None:
+    """Item hashes with a pattern (consecutive, or multiples of the golden ratio as
+    tests write them) must not line up with the positions: every prefix distinct, also
+    from the same items one position later."""
+    items = [((i + 1) * step % 2**64, 1) for i in range(100)]
+    chains = at_once(items).chains
+    shifted = at_once([(0xF00D, 1), *items]).chains[1:]
+    assert len(set(chains) | set(shifted)) == 2 * len(items)
+
+
+def test_replace_and_remove_recompute_the_rest() -> None:
+    items = [(0x1000 + i, i) for i in range(3 * _VECTOR_MIN)]
+    view = at_once(items)
+    view.replace(4, 4, 0xBEEF, 99)
+    items[4] = (0xBEEF, 99)
+    assert state(view) == state(one_by_one(items))
+    view.remove([1, 30, 31])
+    kept = [(i, it) for i, it in enumerate(items) if i not in (1, 30, 31)]
+    expected = one_by_one([it for _, it in kept])
+    expected.ids = [i for i, _ in kept]
+    assert state(view) == state(expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(TOKENS, min_size=1, max_size=60),
+    st.lists(st.integers(0, 59), max_size=10),
+)
+def test_edit_out_many_is_edit_out_one_by_one(tokens: list[int], picks: list[int]) -> None:
+    positions = [p for p in picks if p < len(tokens)]
+    items = [(0x1000 + i, t) for i, t in enumerate(tokens)]
+    batch, single = at_once(items), at_once(items)
+    chains = list(batch.chains)
+    batch.edit_out_many(positions)
+    for p in positions:
+        single.edit_out(p)
+    assert state(batch) == state(single)
+    assert batch.chains == chains  # deleted by reference: the prefix hashes stay
+    assert batch.cum == list(accumulate(batch.tokens))
+    assert all(batch.tokens[p] == 0 for p in positions)
