@@ -359,7 +359,8 @@ def policy_lines(params: dict[str, Any], window: int, max_output: int) -> list[L
     Claude Code (policies/claude_code, DESIGN.md section 4), from `autocompact.*`:
     reserve = `max_output_tokens` (default: the model's max output), capped at
     `reserve_cap_tokens` unless that is null; effective = window - reserve; threshold =
-    effective - `buffer_tokens` (drawn while autocompact is on and collapse off); blocking
+    effective - `buffer_tokens`, or `threshold_fraction` of effective when that is set
+    (drawn while autocompact is on and collapse off); blocking
     limit = effective - `blocking_offset_tokens`. With `collapse.enabled`: its commit and
     blocking points, `collapse.commit_fraction` and `collapse.block_fraction` of the
     effective window. Any other policy: a parameter `threshold`, `*_threshold` or
@@ -384,8 +385,10 @@ def policy_lines(params: dict[str, Any], window: int, max_output: int) -> list[L
             reserve = min(reserve, round(cap))
         effective = window - reserve
         collapse = bool(params.get("collapse.enabled", False))
+        fraction = number("autocompact.threshold_fraction")  # null: the buffer rule
+        threshold = effective - round(buffer) if fraction is None else int(fraction * effective)
         if params.get("autocompact.enabled", True) and not collapse:
-            add("t", "autocompact threshold", effective - round(buffer), "--")
+            add("t", "autocompact threshold", threshold, "--")
         offset = number("autocompact.blocking_offset_tokens")
         add("b", "blocking limit", effective - round(offset or 0), ":")
         commit, block = number("collapse.commit_fraction"), number("collapse.block_fraction")

@@ -138,6 +138,9 @@ def test_policy_lines_from_parameters() -> None:
     assert _lines(CLAUDE_CODE) == [("blocking limit", 177_000), ("autocompact threshold", 167_000)]
     old = CLAUDE_CODE | {"autocompact.reserve_cap_tokens": None}
     assert _lines(old) == [("blocking limit", 165_000), ("autocompact threshold", 155_000)]
+    # 1.0: 92% of the 168,000 effective window, int(0.92 x 168,000).
+    one = old | {"autocompact.threshold_fraction": 0.92}
+    assert _lines(one) == [("blocking limit", 165_000), ("autocompact threshold", 154_560)]
     off = CLAUDE_CODE | {"autocompact.enabled": False}
     assert _lines(off) == [("blocking limit", 177_000)]
     collapse = CLAUDE_CODE | {"collapse.enabled": True}
