@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from policies.calibration import summary as cal
 from reports import calibration_measure
@@ -107,6 +109,35 @@ def test_recent_file_sizes_by_hand() -> None:
     # A file's size is looked for further back than the `limit` newest files reach.
     assert _sizes([(1, 800, -1), (2, 100, -1), (1, -1, -1)], limit=1) == [966]
     assert _sizes([]) == []
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(-1, 9_000), st.integers(-1, 9_000)),
+        max_size=30,
+    ),
+    st.integers(0, 6),
+)
+def test_recent_file_sizes_is_the_plain_definition(
+    blocks: list[tuple[int, int, int]], limit: int
+) -> None:
+    """Against a direct reading of the rule: the `limit` paths touched last, newest first,
+    each sized by its newest block that has a whole size, else its newest shown size."""
+    newest_first = blocks[::-1]
+    order: list[int] = []
+    for p, _, _ in newest_first:
+        if p and p not in order:
+            order.append(p)
+    expected = []
+    for p in order[:limit]:
+        mine = [(w, sh) for q, w, sh in newest_first if q == p]
+        whole = next((w for w, _ in mine if w >= 0), None)
+        if whole is not None:
+            expected.append(round(whole * cal.TOKENIZER_RATIO))
+            continue
+        shown = next((sh for w, sh in mine if sh >= 0), 0)
+        expected.append(shown)
+    assert _sizes(blocks, limit) == expected
 
 
 def test_compaction_output_adds_the_dropped_analysis() -> None:

@@ -133,25 +133,24 @@ def recent_file_sizes(
     a Read result), used when no whole size was observed. A file never sized counts 0.
     """
     order: list[int] = []
-    size: dict[int, int] = {}
+    whole_size: dict[int, int] = {}
+    shown_size: dict[int, int] = {}
     for i in blocks:
         p = path[i]
-        if not p:
+        if not p or p in whole_size:
             continue
-        if p not in size:
+        if p not in shown_size:
             if len(order) >= limit:
                 continue
             order.append(p)
-            size[p] = -1
-        if size[p] >= 0:
-            continue
+            shown_size[p] = -1
         if whole[i] >= 0:
-            size[p] = round(whole[i] * TOKENIZER_RATIO)
-        else:
-            size[p] = shown(i)
-        if len(order) >= limit and all(size[q] >= 0 for q in order):
-            break
-    return [max(size[q], 0) for q in order]
+            whole_size[p] = round(whole[i] * TOKENIZER_RATIO)
+            if len(whole_size) == limit:
+                break
+        elif shown_size[p] < 0:
+            shown_size[p] = shown(i)
+    return [whole_size.get(p, max(shown_size[p], 0)) for p in order]
 
 
 def compaction_output_tokens(summary: int, *, analysis_stripped: bool = True) -> int:
