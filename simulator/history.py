@@ -4,12 +4,14 @@ Two visibilities (simulator/model.py): the *logical* history (every block the ag
 seen, recorded compactions kept as events only) that policies project, and the
 *as-recorded* context (what the recording agent really sent, its own compactions and
 summaries included). Both are intervals per block, so entering and leaving per request
-are two sorted index arrays, computed once per session.
+are two sorted index arrays, computed once per session, when first asked for: a policy
+uses one of the two.
 """
 
 from __future__ import annotations
 
 import itertools
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -43,12 +45,21 @@ class History:
 
     def __init__(self, session: Session) -> None:
         b = session.blocks
-        n = session.n_requests
-        artifact = (b["flags"] & Flag.ARTIFACT) != 0
-        first = b["first_request"]
-        hidden = b["hidden_from"]
         self.session = session
-        self.logical = Schedule(first, np.where(artifact, first, hidden), n)
-        self.recorded = Schedule(first, np.minimum(hidden, b["compacted_at"]), n)
         self.hashes: list[int] = b["hash"].astype(np.uint64).tolist()
         self.tokens: list[int] = b["tokens"].tolist()
+
+    @cached_property
+    def logical(self) -> Schedule:
+        """What policies project: recorded compaction artifacts never enter."""
+        b = self.session.blocks
+        first = b["first_request"]
+        artifact = (b["flags"] & Flag.ARTIFACT) != 0
+        return Schedule(first, np.where(artifact, first, b["hidden_from"]), self.session.n_requests)
+
+    @cached_property
+    def recorded(self) -> Schedule:
+        """What the recording sent: blocks leave where its own compactions cut them."""
+        b = self.session.blocks
+        end = np.minimum(b["hidden_from"], b["compacted_at"])
+        return Schedule(b["first_request"], end, self.session.n_requests)
