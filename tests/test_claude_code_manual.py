@@ -105,3 +105,11 @@ def test_compactions_before_a_request_can_be_replayed_exactly_as_recorded() -> N
     frame = replay([("t", _logged("auto"))], policy.build("claude-code@1.0"))
     assert frame.filter(pl.col("kind") == "compaction").is_empty()
     assert _contexts(frame) == [11_000, 12_000, 13_000, 13_500, 14_500, 15_500]
+
+
+def test_a_manual_compaction_is_replayed_with_context_collapse_on() -> None:
+    # Collapse replaces autocompact, not the user's /compact: the same contexts as above.
+    params = {"autocompact.restore_extra_tokens": 0, "collapse.enabled": True}
+    frame = replay([("t", _logged("manual"))], policy.build("claude-code@1.0", params))
+    assert frame.filter(pl.col("kind") == "compaction")["stage"].to_list() == ["manual"]
+    assert _contexts(frame) == [11_000, 12_000, 13_000, 12_500, 13_500, 14_500]

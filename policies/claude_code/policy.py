@@ -156,7 +156,16 @@ class _State(ConversationSession):
         prev_end = self.ctx.ts_end[k - 1] if k else None  # last assistant message
         estimate -= self.micro.run(conv, self.ctx.ts[k], prev_end)
         flags: dict[str, bool] = {}
-        if self.collapse.enabled:
+        if k in self.recorded and self.conv.items:
+            # The recording's own compaction (the user's /compact happens whatever stages
+            # are on). What it logged after its summary (the command lines, the next
+            # prompt) came after the compaction: it stays.
+            rec = self.recorded[k]
+            after = [key for key in conv.items if key > rec.summary_block >= 0]
+            conv.remove_blocks(set(after))
+            flags.update(self._compact(out, ttl, rec.stage, rec.summary, attached=rec.attached))
+            conv.append(after)
+        elif self.collapse.enabled:
             while self.collapse.due(estimate, limits.effective):
                 size = conv.total()
                 self._collapse(out, ttl)
@@ -166,14 +175,6 @@ class _State(ConversationSession):
                 estimate -= freed
             if self.collapse.blocked(estimate, limits.effective):
                 flags["overflow"] = True
-        elif k in self.recorded and self.conv.items:
-            rec = self.recorded[k]
-            # What the recording logged after its summary (a /compact's command lines, the
-            # next prompt) came after the compaction: it stays.
-            after = [key for key in conv.items if key > rec.summary_block >= 0]
-            conv.remove_blocks(set(after))
-            flags.update(self._compact(out, ttl, rec.stage, rec.summary, attached=rec.attached))
-            conv.append(after)
         elif self.auto.due(estimate, limits):
             snapshot = conv.sync().copy()
             if self.auto.session_memory(conv):
