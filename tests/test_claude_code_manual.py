@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+from scripted import contexts
 
 from simulator import policy
 from simulator.model import CompactionEvent, Flag, Kind, Role, Trace
@@ -80,10 +81,6 @@ def _logged(trigger: str) -> Trace:
     return Trace("claude-code", "t", [b.finish()])
 
 
-def _contexts(frame: pl.DataFrame) -> list[int]:
-    return frame.filter(pl.col("kind") == "request")["context_tokens"].to_list()
-
-
 def test_a_manual_compaction_uses_the_logged_summary_and_keeps_what_came_after() -> None:
     # Request 3: prefix + the logged 2,000-token summary (no file to restore) + the 500
     # the user wrote after the /compact; the attachments are modelled, not the recorded
@@ -91,7 +88,7 @@ def test_a_manual_compaction_uses_the_logged_summary_and_keeps_what_came_after()
     params = {"autocompact.restore_extra_tokens": 0}
     frame = replay([("t", _logged("manual"))], policy.build("claude-code@1.0", params))
     assert frame.filter(pl.col("kind") == "compaction")["stage"].to_list() == ["manual"]
-    assert _contexts(frame) == [11_000, 12_000, 13_000, 12_500, 13_500, 14_500]
+    assert contexts(frame) == [11_000, 12_000, 13_000, 12_500, 13_500, 14_500]
 
 
 def test_compactions_before_a_request_can_be_replayed_exactly_as_recorded() -> None:
@@ -100,11 +97,11 @@ def test_compactions_before_a_request_can_be_replayed_exactly_as_recorded() -> N
     params = {"autocompact.as_recorded_before": 4, "autocompact.restore_extra_tokens": 999}
     frame = replay([("t", _logged("auto"))], policy.build("claude-code@1.0", params))
     assert frame.filter(pl.col("kind") == "compaction")["stage"].to_list() == ["as-recorded"]
-    assert _contexts(frame) == [11_000, 12_000, 13_000, 16_500, 17_500, 18_500]
+    assert contexts(frame) == [11_000, 12_000, 13_000, 16_500, 17_500, 18_500]
     # Without it the policy decides, and this small session never reaches its threshold.
     frame = replay([("t", _logged("auto"))], policy.build("claude-code@1.0"))
     assert frame.filter(pl.col("kind") == "compaction").is_empty()
-    assert _contexts(frame) == [11_000, 12_000, 13_000, 13_500, 14_500, 15_500]
+    assert contexts(frame) == [11_000, 12_000, 13_000, 13_500, 14_500, 15_500]
 
 
 def test_a_manual_compaction_is_replayed_with_context_collapse_on() -> None:
@@ -112,4 +109,4 @@ def test_a_manual_compaction_is_replayed_with_context_collapse_on() -> None:
     params = {"autocompact.restore_extra_tokens": 0, "collapse.enabled": True}
     frame = replay([("t", _logged("manual"))], policy.build("claude-code@1.0", params))
     assert frame.filter(pl.col("kind") == "compaction")["stage"].to_list() == ["manual"]
-    assert _contexts(frame) == [11_000, 12_000, 13_000, 12_500, 13_500, 14_500]
+    assert contexts(frame) == [11_000, 12_000, 13_000, 12_500, 13_500, 14_500]

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 import polars as pl
 import pytest
+from scripted import compactions, contexts, row, usage
 
 from policies.claude_code.autocompact import Attempt, Autocompact
 from policies.claude_code.policy import BASE, COMPACTABLE_TOOLS, preset_for
@@ -228,33 +229,6 @@ def run(
 
 def requests(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.filter(pl.col("kind") == "request").sort("request")
-
-
-def contexts(frame: pl.DataFrame) -> list[int]:
-    """context_tokens of each request row, by request."""
-    return requests(frame)["context_tokens"].to_list()
-
-
-def compactions(frame: pl.DataFrame) -> list[tuple[int, str]]:
-    rows = frame.filter(pl.col("kind") == "compaction")
-    return list(zip(rows["request"].to_list(), rows["stage"].to_list(), strict=True))
-
-
-def row(frame: pl.DataFrame, request: int, kind: str = "request") -> dict[str, Any]:
-    rows = frame.filter((pl.col("request") == request) & (pl.col("kind") == kind))
-    assert rows.height == 1, rows
-    return rows.row(0, named=True)
-
-
-def usage(r: dict[str, Any]) -> tuple[int, int, int, int, int]:
-    """(context, uncached, cache read, cache write 5m, output) of a row."""
-    return (
-        r["context_tokens"],
-        r["uncached_input"],
-        r["cache_read"],
-        r["cache_write_5m"],
-        r["output"],
-    )
 
 
 # -- limits -------------------------------------------------------------------------------

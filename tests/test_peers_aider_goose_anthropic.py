@@ -21,81 +21,18 @@ from typing import Any
 
 import polars as pl
 import pytest
+from scripted import Script, compactions, contexts, row
+from scripted import usage as row_usage
 
 from policies.peers.aider import history_budget
 from policies.peers.goose import middle_out
 from simulator import policy
-from simulator.model import Flag, Kind, Role, Trace
+from simulator.model import Trace
 from simulator.policy import PolicyError
 from simulator.replay import replay
-from traces.builder import Hasher, SessionBuilder
 from traces.load import load_all, units
 
-SONNET = "claude-sonnet-4-5-20250929"
-T0 = 1_760_000_000_000
-MINUTE = 60_000
 PEERS = ["aider", "goose", "anthropic-context-editing", "anthropic-server-compaction"]
-
-
-class Script:
-    """A session written turn by turn (see the module docstring for its conventions)."""
-
-    def __init__(self, prefix: int = 10_000) -> None:
-        self.b = SessionBuilder(Hasher(b"peers"), id="s", kind="main", client="claude-code 2.1.88")
-        self.b.prefix_tokens = prefix
-        self.k = 0
-        self.msg = 0
-        self.ts = T0
-        self.n = 0
-
-    def _add(self, kind: Kind, role: Role, tokens: int, **kw: Any) -> int:
-        self.n += 1
-        return self.b.add_block(
-            msg=self.msg,
-            kind=kind,
-            role=role,
-            text=f"#{self.n}#".ljust(4 * tokens, "x"),
-            ts=self.ts,
-            first_request=self.k,
-            tokens=tokens,
-            **kw,
-        )
-
-    def user(self, tokens: int) -> int:
-        """A message the human wrote."""
-        self.msg += 1
-        return self._add(Kind.TEXT, Role.USER, tokens, flags=Flag.HUMAN)
-
-    def say(self, tokens: int) -> int:
-        """Assistant text: the response to the previous request."""
-        self.msg += 1
-        return self._add(Kind.TEXT, Role.ASSISTANT, tokens, origin=self.k - 1)
-
-    def tool(self, result: int, name: str = "Bash", use: int = 100) -> tuple[int, int]:
-        """One round: a tool_use (the response to the previous request) and its result."""
-        self.msg += 1
-        uid = f"u{self.n}"
-        use_block = self._add(
-            Kind.TOOL_USE, Role.ASSISTANT, use, origin=self.k - 1, tool=name, use_id=uid
-        )
-        self.msg += 1
-        result_block = self._add(Kind.TOOL_RESULT, Role.USER, result, tool=name, result_for=uid)
-        return use_block, result_block
-
-    def request(self) -> int:
-        if self.k:
-            self.ts += MINUTE
-        self.b.add_request(ts=self.ts, model=SONNET, usage=None)
-        self.k += 1
-        return self.k - 1
-
-    def rounds(self, n: int, result: int, name: str = "Bash") -> None:
-        for _ in range(n):
-            self.tool(result, name)
-            self.request()
-
-    def trace(self) -> Trace:
-        return Trace(format="claude-code", source_digest="t", sessions=[self.b.finish()])
 
 
 def uniform(n: int, result: int, first: int = 1_000) -> Script:
@@ -112,28 +49,9 @@ def run(script: Script, name: str, params: dict[str, Any] | None = None) -> pl.D
     return replay([("t", script.trace())], policy.build(name, params or {}))
 
 
-def contexts(frame: pl.DataFrame) -> list[int]:
-    rows = frame.filter(pl.col("kind") == "request").sort("request")
-    return rows["context_tokens"].to_list()
-
-
-def compactions(frame: pl.DataFrame) -> list[tuple[int, str]]:
-    rows = frame.filter(pl.col("kind") == "compaction")
-    return list(zip(rows["request"].to_list(), rows["stage"].to_list(), strict=True))
-
-
 def usage(frame: pl.DataFrame, request: int, kind: str = "request") -> tuple[int, ...]:
     """(context, uncached, cache read, cache write 5m, output) of one row."""
-    rows = frame.filter((pl.col("request") == request) & (pl.col("kind") == kind))
-    assert rows.height == 1, rows
-    r = rows.row(0, named=True)
-    return (
-        r["context_tokens"],
-        r["uncached_input"],
-        r["cache_read"],
-        r["cache_write_5m"],
-        r["output"],
-    )
+    return row_usage(row(frame, request, kind))
 
 
 # -- aider --------------------------------------------------------------------------------

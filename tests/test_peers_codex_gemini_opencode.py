@@ -24,82 +24,28 @@ from typing import Any
 
 import polars as pl
 import pytest
+from scripted import Script, compactions, contexts, row, usage
 
 from policies.conversation import CLEARED_TOKENS
 from simulator import policy
-from simulator.model import Flag, Kind, Role, Trace
+from simulator.model import Trace
 from simulator.replay import ReplayOptions, replay
-from traces.builder import Hasher, SessionBuilder
 from traces.load import load_all, units
 
-SONNET = "claude-sonnet-4-5-20250929"
-T0 = 1_760_000_000_000
-MINUTE = 60_000
 PREFIX = 10_000
 SUMMARY = 3_000
 POLICIES = ["codex", "gemini-cli", "opencode"]
 
 
-class Script:
-    """A session written turn by turn (see the module docstring for its conventions)."""
-
-    def __init__(self) -> None:
-        self.b = SessionBuilder(Hasher(b"peers"), id="s", kind="main", client="claude-code 2.1.88")
-        self.b.prefix_tokens = PREFIX
-        self.k = 0  # index of the next request
-        self.msg = 0
-        self.ts = T0
-        self.n = 0
-
-    def _add(self, kind: Kind, role: Role, tokens: int, **kw: Any) -> int:
-        self.msg += 1
-        self.n += 1
-        return self.b.add_block(
-            msg=self.msg,
-            kind=kind,
-            role=role,
-            text=f"#{self.n}#".ljust(4 * tokens, "x"),
-            ts=self.ts,
-            first_request=self.k,
-            tokens=tokens,
-            **kw,
-        )
-
-    def user(self, tokens: int) -> int:
-        """A message written by the human."""
-        return self._add(Kind.TEXT, Role.USER, tokens, flags=Flag.HUMAN)
-
-    def say(self, tokens: int) -> int:
-        """Assistant text: the response to the previous request."""
-        return self._add(Kind.TEXT, Role.ASSISTANT, tokens, origin=self.k - 1)
-
-    def tool(self, tokens: int, name: str = "Read") -> int:
-        """One round: a 100-token tool_use (the response to the previous request) and its
-        result of `tokens`; returns the result block."""
-        uid = f"u{self.n}"
-        self._add(Kind.TOOL_USE, Role.ASSISTANT, 100, origin=self.k - 1, tool=name, use_id=uid)
-        return self._add(Kind.TOOL_RESULT, Role.USER, tokens, tool=name, result_for=uid)
-
-    def request(self) -> int:
-        if self.k:
-            self.ts += MINUTE
-        self.b.add_request(ts=self.ts, model=SONNET, usage=None)
-        self.k += 1
-        return self.k - 1
-
-    def rounds(self, n: int, tokens: int) -> None:
-        for _ in range(n):
-            self.tool(tokens)
-            self.request()
-
-    def trace(self) -> Trace:
-        return Trace(format="claude-code", source_digest="t", sessions=[self.b.finish()])
+def read_script() -> Script:
+    """A Script whose rounds read files unless they name their tool."""
+    return Script(PREFIX, tool="Read")
 
 
 def uniform(n: int, tokens: int = 10_000) -> Script:
     """Request 0: a 1,000-token user message; requests 1..n: one round each (100 +
     `tokens`). With the defaults, request k holds 11,000 + 10,100 k tokens."""
-    s = Script()
+    s = read_script()
     s.user(1_000)
     s.request()
     s.rounds(n, tokens)
@@ -108,35 +54,6 @@ def uniform(n: int, tokens: int = 10_000) -> Script:
 
 def run(script: Script, name: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
     return replay([("t", script.trace())], policy.build(name, params or {}))
-
-
-def contexts(frame: pl.DataFrame) -> list[int]:
-    """context_tokens of each request row, by request."""
-    return frame.filter(pl.col("kind") == "request").sort("request")["context_tokens"].to_list()
-
-
-def compactions(frame: pl.DataFrame) -> list[tuple[int, str]]:
-    rows = frame.filter(pl.col("kind") == "compaction").sort("request", "call")
-    return list(zip(rows["request"].to_list(), rows["stage"].to_list(), strict=True))
-
-
-def row(frame: pl.DataFrame, request: int, kind: str = "request", stage: str = "") -> Any:
-    rows = frame.filter(
-        (pl.col("request") == request) & (pl.col("kind") == kind) & (pl.col("stage") == stage)
-    )
-    assert rows.height == 1, rows
-    return rows.row(0, named=True)
-
-
-def usage(r: dict[str, Any]) -> tuple[int, int, int, int, int]:
-    """(context, uncached, cache read, cache write 5m, output) of a row."""
-    return (
-        r["context_tokens"],
-        r["uncached_input"],
-        r["cache_read"],
-        r["cache_write_5m"],
-        r["output"],
-    )
 
 
 # -- registration and parameters ------------------------------------------------------------
@@ -221,7 +138,7 @@ def _turns(users: list[int]) -> Script:
     """Request 0: a 1,000-token first message. Then one turn per entry of `users`: a human
     message of that size (with the previous turn's 100-token closing text) and one
     5,000-token round."""
-    s = Script()
+    s = read_script()
     s.user(1_000)
     s.request()
     for tokens in users:
@@ -269,7 +186,7 @@ def test_codex_does_not_retry_a_compaction_that_did_not_help_in_the_same_turn() 
     prefix + 38,000 + 3,080 = 51,080: still over. Request 2 (51,280) is over again but
     Codex does not compact twice in a turn; request 3 brings a new user message (a new
     turn) and compacts again, keeping it: 10,000 + 38,000 + 500 + 3,080 = 51,580."""
-    s = Script()
+    s = read_script()
     s.user(38_000)
     s.request()
     s.tool(5_000)
@@ -408,7 +325,7 @@ def test_opencode_never_compacts_before_the_first_response() -> None:
     opencode counts a finished response's usage, so it compacts at request 1 (70,000 +
     100 of output), keeping the turn in progress (round 1, 100 + 100): 10,000 + 3,000 +
     200 = 13,200."""
-    s = Script()
+    s = read_script()
     s.user(60_000)
     s.request()
     s.rounds(1, 100)
@@ -433,7 +350,7 @@ def _prune_script(oldest: int) -> Script:
     5,000 result; then a fourth user message. Each turn ends with 100 tokens of text.
     Requests: 0 first message (100); 1, 2 turn 1's rounds; 3 turn 2's message; 4 its
     round; 5 turn 3's message; 6 its round; 7 the fourth message."""
-    s = Script()
+    s = read_script()
     s.user(100)
     s.request()
     s.tool(oldest)
@@ -481,7 +398,7 @@ def test_opencode_prunes_before_every_request_when_asked() -> None:
 def test_opencode_never_prunes_protected_tools() -> None:
     """The oldest result is a "Skill" output: not counted, never cleared (opencode's
     protected "skill" tool); the 40,000 one is then the only candidate and is protected."""
-    s = Script()
+    s = read_script()
     s.user(100)
     s.request()
     s.tool(20_000, name="Skill")

@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from scripted import compactions, contexts, row
 
 from policies.peers.cline import max_allowed
 from simulator import policy
@@ -93,22 +94,6 @@ def run(trace: Trace, name: str, params: dict[str, Any] | None = None) -> tuple[
     return frame, states[0]
 
 
-def contexts(frame: pl.DataFrame) -> list[int]:
-    """context_tokens of each request row, by request."""
-    return frame.filter(pl.col("kind") == "request").sort("request")["context_tokens"].to_list()
-
-
-def calls(frame: pl.DataFrame) -> list[tuple[int, str]]:
-    rows = frame.filter(pl.col("kind") == "compaction")
-    return list(zip(rows["request"].to_list(), rows["stage"].to_list(), strict=True))
-
-
-def row(frame: pl.DataFrame, request: int, kind: str = "request") -> dict[str, Any]:
-    rows = frame.filter((pl.col("request") == request) & (pl.col("kind") == kind))
-    assert rows.height == 1, rows
-    return rows.row(0, named=True)
-
-
 def usage(r: dict[str, Any]) -> tuple[int, int, int, int, int, int]:
     """(context, uncached, cache read, cache write 5m, cache write 1h, output) of a row."""
     return (
@@ -133,7 +118,7 @@ def test_openhands_condenses_above_max_size_keeping_head_and_tail() -> None:
     frame, state = run(
         session([1_000] * 9), "openhands", {"max_size": 10, "keep_first": 2, "summary_tokens": 500}
     )
-    assert calls(frame) == [(5, "condense"), (8, "condense")]
+    assert compactions(frame) == [(5, "condense"), (8, "condense")]
     # The condenser's request: the forgotten events and its 500-token prompt, no system
     # prompt, no tools, no cache at all: 3,300 + 500 uncached; the output is the summary.
     assert usage(row(frame, 5, "compaction")) == (3_800, 3_800, 0, 0, 0, 500)
@@ -162,7 +147,7 @@ def test_openhands_defaults_condense_120_events_to_60() -> None:
     is drawn from the calibration (seeded), so it is read from the call's output."""
     trace = session([1_000] * 60)
     frame, state = run(trace, "openhands")
-    assert calls(frame) == [(60, "condense")]
+    assert compactions(frame) == [(60, "condense")]
     summary = row(frame, 60, "compaction")["output"]
     # Forgotten: T3..R33, 31 rounds of 1,100 tokens; the condenser adds its 500 prompt.
     assert usage(row(frame, 60, "compaction")) == (34_600, 34_600, 0, 0, 0, summary)
@@ -175,7 +160,7 @@ def test_openhands_defaults_condense_120_events_to_60() -> None:
     assert again.equals(frame)
     # The SDK's 240 events: no condensation in this session.
     sdk, _ = run(trace, "openhands", {"max_size": 240})
-    assert calls(sdk) == []
+    assert compactions(sdk) == []
 
 
 def test_openhands_rejects_a_head_that_leaves_no_room() -> None:
@@ -196,7 +181,7 @@ def test_llm_summary_summarises_n_turns_once_n_plus_m_are_pending() -> None:
         "llm-summary",
         {"summarize_turns": 3, "keep_last_turns": 2, "summary_tokens": 400},
     )
-    assert calls(frame) == [(5, "summarize")]
+    assert compactions(frame) == [(5, "summarize")]
     # First summary: the problem statement u (1,000) and T1..R3 (3,300) plus the 500-token
     # prompt, a query of its own (no shared prefix, no cache).
     assert usage(row(frame, 5, "compaction")) == (4_800, 4_800, 0, 0, 0, 400)
@@ -217,7 +202,7 @@ def test_llm_summary_is_rolling() -> None:
         "llm-summary",
         {"summarize_turns": 3, "keep_last_turns": 2, "summary_tokens": 400},
     )
-    assert calls(frame) == [(5, "summarize"), (8, "summarize")]
+    assert compactions(frame) == [(5, "summarize"), (8, "summarize")]
     assert usage(row(frame, 8, "compaction")) == (4_200, 4_200, 0, 0, 0, 400)
     # Only the newest checkpoint stays, right after the task: [u, S2, T7 R7 .. T9 R9].
     items = state.conv.items
@@ -234,7 +219,7 @@ def test_llm_summary_defaults_n21_m10() -> None:
     rounds: 1,000 + 23,100 + 500 prompt = 24,600; after: 10,000 + 1,000 + summary + 10
     rounds (11,000)."""
     frame, _ = run(session([1_000] * 40), "llm-summary", {"summary_tokens": 2_000})
-    assert calls(frame) == [(31, "summarize")]
+    assert compactions(frame) == [(31, "summarize")]
     assert usage(row(frame, 31, "compaction")) == (24_600, 24_600, 0, 0, 0, 2_000)
     assert contexts(frame)[30:33] == [44_000, 24_000, 25_100]
 
@@ -248,7 +233,7 @@ def test_sliding_window_drops_oldest_groups_down_to_the_target() -> None:
     182,700 - 7 x 10,100 = 112,000 <= 0.6 x 200,000 = 120,000 (6 would leave 122,100).
     The view then grows again and is cut at k = 24 the same way. No LLM call."""
     frame, state = run(session([10_000] * 25), "sliding-window")
-    assert calls(frame) == []
+    assert compactions(frame) == []
     ctx = contexts(frame)
     assert ctx[:17] == [11_000 + 10_100 * k for k in range(17)]
     assert ctx[17:] == [112_000, 122_100, 132_200, 142_300, 152_400, 162_500, 172_600, 112_000,
@@ -294,7 +279,7 @@ def test_cline_triggers_on_the_previous_usage_at_window_minus_40k(
     before = 15_500 + big + 1_100
     assert contexts(frame)[6] == (before - 2_200 if truncates else before)
     assert state.truncations == ([(6, 2, 0.5)] if truncates else [])
-    assert calls(frame) == []
+    assert compactions(frame) == []
 
 
 def test_cline_keeps_the_first_pair_and_truncates_half_then_three_quarters() -> None:
@@ -315,7 +300,7 @@ def test_cline_keeps_the_first_pair_and_truncates_half_then_three_quarters() -> 
     # Everything after the pair changed: the cache is written again after the prefix (the
     # pair's own entry, written at request 1, has expired).
     assert usage(row(frame, 10)) == (71_600, 0, 10_000, 61_600, 0, 100)
-    assert calls(frame) == [] and not frame["overflow"].any()
+    assert compactions(frame) == [] and not frame["overflow"].any()
 
 
 @pytest.mark.parametrize(
