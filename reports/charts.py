@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
+from policies.claude_code.autocompact import limits_for
 from simulator.models import facts
 from simulator.outputs import has_loss
 
@@ -356,12 +357,9 @@ def _tokens_of(value: float, window: int) -> int:
 def policy_lines(params: dict[str, Any], window: int, max_output: int) -> list[Line]:
     """Compaction thresholds and blocking limits a policy's parameters state, in tokens.
 
-    Claude Code (policies/claude_code, DESIGN.md section 4), from `autocompact.*`:
-    reserve = `max_output_tokens` (default: the model's max output), capped at
-    `reserve_cap_tokens` unless that is null; effective = window - reserve; threshold =
-    effective - `buffer_tokens`, or `threshold_fraction` of effective when that is set
-    (drawn while autocompact is on and collapse off); blocking
-    limit = effective - `blocking_offset_tokens`. With `collapse.enabled`: its commit and
+    Claude Code (policies/claude_code, DESIGN.md section 4), from `autocompact.*`: the
+    threshold and blocking limit of the policy's own `limits_for` (the threshold drawn
+    while autocompact is on and collapse off). With `collapse.enabled`: its commit and
     blocking points, `collapse.commit_fraction` and `collapse.block_fraction` of the
     effective window. Any other policy: a parameter `threshold`, `*_threshold` or
     `blocking_limit` under any stage prefix (tokens; a fraction of the window when at most
@@ -379,18 +377,24 @@ def policy_lines(params: dict[str, Any], window: int, max_output: int) -> list[L
     buffer = number("autocompact.buffer_tokens")
     if buffer is not None:
         most = number("autocompact.max_output_tokens")
-        reserve = round(most) if most is not None else max_output
         cap = number("autocompact.reserve_cap_tokens")  # null: no cap
-        if cap is not None:
-            reserve = min(reserve, round(cap))
-        effective = window - reserve
-        collapse = bool(params.get("collapse.enabled", False))
         fraction = number("autocompact.threshold_fraction")  # null: the buffer rule
-        threshold = effective - round(buffer) if fraction is None else int(fraction * effective)
-        if params.get("autocompact.enabled", True) and not collapse:
-            add("t", "autocompact threshold", threshold, "--")
         offset = number("autocompact.blocking_offset_tokens")
-        add("b", "blocking limit", effective - round(offset or 0), ":")
+        lim = limits_for(
+            window,
+            max_output,
+            max_output=max_output if most is None else round(most),
+            reserve_cap=None if cap is None else round(cap),
+            buffer=round(buffer),
+            fraction=fraction,
+            warning_offset=0,
+            blocking_offset=round(offset or 0),
+        )
+        effective = lim.effective
+        collapse = bool(params.get("collapse.enabled", False))
+        if params.get("autocompact.enabled", True) and not collapse:
+            add("t", "autocompact threshold", lim.threshold, "--")
+        add("b", "blocking limit", lim.blocking, ":")
         commit, block = number("collapse.commit_fraction"), number("collapse.block_fraction")
         if collapse and commit is not None:
             add("t", "collapse commit", round(commit * effective), "--")

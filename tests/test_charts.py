@@ -141,6 +141,13 @@ def test_policy_lines_from_parameters() -> None:
     # 1.0: 92% of the 168,000 effective window, int(0.92 x 168,000).
     one = old | {"autocompact.threshold_fraction": 0.92}
     assert _lines(one) == [("blocking limit", 165_000), ("autocompact threshold", 154_560)]
+    # A model that writes at most 8,192 tokens: the policy reserves 8,192, not 32,000
+    # (effective 191,808: threshold 178,808, blocking 188,808), and so do the lines.
+    short = charts.policy_lines(CLAUDE_CODE, 200_000, 8_192)
+    assert [(line.label, line.tokens) for line in short] == [
+        ("blocking limit", 188_808),
+        ("autocompact threshold", 178_808),
+    ]
     off = CLAUDE_CODE | {"autocompact.enabled": False}
     assert _lines(off) == [("blocking limit", 177_000)]
     collapse = CLAUDE_CODE | {"collapse.enabled": True}

@@ -54,6 +54,35 @@ class Attempt:
     reason: str  # "", "prompt-too-long", "failure"
 
 
+def limits_for(
+    window: int,
+    model_max_output: int | None,
+    *,
+    max_output: int,
+    reserve_cap: int | None,
+    buffer: int,
+    fraction: float | None,
+    warning_offset: int,
+    blocking_offset: int,
+) -> Limits:
+    """Autocompact's thresholds on a window: the reserve is the output the summary may need
+    (`max_output`, never more than the model can write, capped at `reserve_cap`); the
+    threshold is the effective window less `buffer`, or `fraction` of it. One function, so
+    the charts draw the lines the policy uses."""
+    out = max_output if model_max_output is None else min(max_output, model_max_output)
+    reserve = out if reserve_cap is None else min(out, reserve_cap)
+    effective = window - reserve
+    threshold = effective - buffer if fraction is None else int(fraction * effective)
+    return Limits(
+        window,
+        reserve,
+        effective,
+        threshold,
+        threshold - warning_offset,
+        effective - blocking_offset,
+    )
+
+
 class Autocompact:
     def __init__(self, p: dict[str, Any]) -> None:
         self.enabled = bool(p["autocompact.enabled"])
@@ -86,24 +115,16 @@ class Autocompact:
         self.compactions = 0
 
     def limits(self, window: int, model_max_output: int | None = None) -> Limits:
-        """The thresholds for a model: the reserve is the output the summary may need,
-        never more than the model can write."""
-        out = self.max_output
-        if model_max_output is not None:
-            out = min(out, model_max_output)
-        reserve = out if self.reserve_cap is None else min(out, self.reserve_cap)
-        effective = window - reserve
-        if self.fraction is None:
-            threshold = effective - self.buffer
-        else:
-            threshold = int(self.fraction * effective)
-        return Limits(
+        """The thresholds for a model (see `limits_for`)."""
+        return limits_for(
             window,
-            reserve,
-            effective,
-            threshold,
-            threshold - self.warning_offset,
-            effective - self.blocking_offset,
+            model_max_output,
+            max_output=self.max_output,
+            reserve_cap=self.reserve_cap,
+            buffer=self.buffer,
+            fraction=self.fraction,
+            warning_offset=self.warning_offset,
+            blocking_offset=self.blocking_offset,
         )
 
     def due(self, estimate: int, limits: Limits) -> bool:
