@@ -105,6 +105,8 @@ class Autocompact:
         self.restore_file_tokens = int(p["autocompact.restore_file_tokens"])
         self.restore_total = int(p["autocompact.restore_total_tokens"])
         self.skills_tokens = int(p["autocompact.skills_tokens"])
+        self.extra_tokens = int(p["autocompact.restore_extra_tokens"])
+        self.reattach_first_message = bool(p["autocompact.reattach_first_message"])
         self.sm_enabled = bool(p["autocompact.session_memory.enabled"])
         self.sm_min_tail = int(p["autocompact.session_memory.min_tail_tokens"])
         self.sm_min_text = int(p["autocompact.session_memory.min_tail_text_messages"])
@@ -165,11 +167,11 @@ class Autocompact:
         window: int,
         summary: int | None = None,
         *,
-        restore: bool = True,
+        attached: int | None = None,
     ) -> list[Attempt]:
         """Run a full compaction; returns every attempt that was sent (priced) or refused.
-        `summary` fixes the summary's size (a recorded one), else it is drawn; without
-        `restore` no files or skills are attached after it."""
+        `summary` fixes the summary's size and `attached` what comes back after it (a
+        recorded compaction's), else both are modelled."""
         attempts: list[Attempt] = []
         items = list(conv.items)
         pre_tokens = conv.total()
@@ -184,7 +186,7 @@ class Autocompact:
                 break
             size = self._summary_tokens(pre_tokens, rng) if summary is None else summary
             attempts.append(Attempt(view, size, True, ""))
-            self._install(conv, size, restore)
+            self._install(conv, size, attached)
             return attempts
         return attempts
 
@@ -221,13 +223,22 @@ class Autocompact:
             g += 1
         return items[bounds[g] :]
 
-    def _install(self, conv: Conversation, summary: int, restore: bool = True) -> None:
-        """The conversation after compaction: summary, restored files, skills."""
+    def _install(self, conv: Conversation, summary: int, attached: int | None = None) -> None:
+        """The conversation after compaction: the summary, then what the client attaches:
+        restored files, skills, the calibrated rest and (2.x) the first-message context;
+        or, for a recorded compaction, the `attached` tokens it showed."""
         keys = [conv.add_synthetic(summary, "summary", self.compactions)]
-        for tokens in self._restored(conv) if restore else []:
-            keys.append(conv.add_synthetic(tokens, "restored", self.compactions))
-        if self.skills_tokens and restore:
-            keys.append(conv.add_synthetic(self.skills_tokens, "skills", self.compactions))
+        if attached is None:
+            for tokens in self._restored(conv):
+                keys.append(conv.add_synthetic(tokens, "restored", self.compactions))
+            if self.skills_tokens:
+                keys.append(conv.add_synthetic(self.skills_tokens, "skills", self.compactions))
+            attached = self.extra_tokens
+            if self.reattach_first_message:
+                prefix = conv.prefix.prefix
+                attached += prefix.total - prefix.system
+        if attached:
+            keys.append(conv.add_synthetic(attached, "restored", 0xE7))
         conv.replace_all(keys)
         self.compactions += 1
 

@@ -197,10 +197,9 @@ class _State(ConversationSession):
         attached: int | None = None,
     ) -> dict[str, bool]:
         """A full compaction. With `attached` the tokens put back after the summary are
-        given (a recorded compaction's), else the files and extras are modelled."""
-        restore = attached is None
+        given (a recorded compaction's), else they are modelled."""
         attempts = self.auto.compact(
-            self.conv, self.ctx.rng, self.limits.window, summary, restore=restore
+            self.conv, self.ctx.rng, self.limits.window, summary, attached=attached
         )
         for a in attempts:
             if a.view is None:
@@ -215,16 +214,6 @@ class _State(ConversationSession):
             out.call(a.view, Call("compaction", name, marks, output))
         if attempts and attempts[-1].ok:
             self.since_last = []
-            if attached is not None:
-                extra = attached
-            else:
-                extra = int(self.p["autocompact.restore_extra_tokens"])
-                if self.p["autocompact.reattach_first_message"]:
-                    prefix = self.conv.prefix.prefix
-                    extra += prefix.total - prefix.system
-            if extra:
-                key = self.conv.add_synthetic(extra, "restored", 0xE7)
-                self.conv.append([key])
         return {"breaker_trip": True} if self.auto.record(attempts) else {}
 
     def _memory_call(self, out: Emitter, before: View, ttl: int) -> None:
