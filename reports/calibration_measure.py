@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 
 from policies.calibration.summary import file_restore_tokens, recent_file_sizes
+from policies.claude_code.policy import preset_for
+from simulator import policy
 from simulator.model import CompactionEvent, Flag, Kind, Session
 from simulator.prefix import infer
 from traces.load import load_all, units
@@ -183,12 +185,13 @@ def measure_event(
 
 
 def _reattaches(client: str) -> bool:
-    """Whether the client attaches its first-message context (memory files, environment)
-    again after compaction: 2.x does (anthropics/claude-code#22654, and the 2.1.29 rows:
-    13.5k restored with no file to restore); in 1.0.53 the file rule alone leaves about
-    150 tokens unexplained in four of six compactions, so it does not."""
-    version = client.split()[-1] if client.strip() else ""
-    return not version.startswith("1.")
+    """Whether the preset of the client's version attaches the first-message context
+    (memory files, environment) again after compaction: the 2.x presets do
+    (anthropics/claude-code#22654, and the 2.1.29 rows: 13.5k restored with no file to
+    restore); @1.0 does not (in 1.0.53 the file rule alone leaves about 150 tokens
+    unexplained in four of six compactions). Asking the preset keeps the measured rest
+    consistent with what the policy adds."""
+    return bool(policy.build(preset_for(client)).params["autocompact.reattach_first_message"])
 
 
 def _exclusion(session: Session, event: CompactionEvent) -> str | None:
