@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from simulator.cli import main
 from simulator.model import Kind, Trace
-from traces import claude_code
+from traces import jsonl
 from traces.discover import discover
 from traces.errors import TraceError
 from traces.load import load_unit
@@ -265,7 +265,7 @@ def test_empty_file_in_a_directory_is_skipped_when_lenient(
 def test_huge_line_imports_quickly(tmp_path: Path) -> None:
     n = 20_000_000
     path = _with_big_tool_result(tmp_path / "huge.jsonl", n)
-    assert n < path.stat().st_size < claude_code.MAX_LINE_BYTES
+    assert n < path.stat().st_size < jsonl.MAX_LINE_BYTES
     trace = _load(path, lenient=False)
     (s,) = trace.sessions
     assert trace.skipped == {}
@@ -278,7 +278,7 @@ def test_huge_line_imports_quickly(tmp_path: Path) -> None:
 def test_line_above_max_line_bytes_is_line_too_long(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(claude_code, "MAX_LINE_BYTES", 4_096)
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 4_096)
     path = _with_big_tool_result(tmp_path / "long.jsonl", 10_000)
     with pytest.raises(TraceError) as info:
         _load(path, lenient=False)

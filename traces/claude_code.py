@@ -48,13 +48,11 @@ from traces.builder import (
     skipped_locations,
 )
 from traces.errors import Problems
+from traces.jsonl import UNREADABLE, json_lines
 from traces.source import ImportUnit
 
 #: The line a /compact command leaves in the transcript (both 1.0.x and 2.x).
 COMPACT_COMMAND = "<command-name>/compact</command-name>"
-
-#: Longest line accepted; longer lines are reported (`line-too-long`) rather than parsed.
-MAX_LINE_BYTES = 256 * 1024 * 1024
 
 #: Entry types that carry nothing the API was sent (metadata, UI state).
 METADATA_TYPES = frozenset(
@@ -172,37 +170,14 @@ class _FileReader:
         self.problems.report(self.label, line, category, message)
 
     def _parse(self, data: bytes) -> None:
-        if not data.strip():
-            self._report(1, "empty-file", "file is empty")
-            return
-        lines = data.split(b"\n")
-        last = len(lines) - (1 if lines[-1] == b"" else 0)
-        for i in range(last):
-            raw = lines[i]
-            lineno = i + 1
-            if not raw.strip():
-                continue
+        for lineno, raw, obj in json_lines(data, self._report):
             self.stats["lines"] += 1
-            if len(raw) > MAX_LINE_BYTES:
-                self._report(lineno, "line-too-long", f"line of {len(raw)} bytes exceeds limit")
+            if obj is UNREADABLE:
                 self._placeholder(lineno, raw)
-                continue
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                truncated = i == last - 1 and not data.endswith(b"\n")
-                if truncated:
-                    self._report(lineno, "truncated-line", "last line is cut off")
-                elif b"\x00" in raw or _mostly_binary(raw):
-                    self._report(lineno, "binary-garbage", "line is not text")
-                else:
-                    self._report(lineno, "invalid-json", f"invalid JSON ({exc})")
-                self._placeholder(lineno, raw)
-                continue
-            if not isinstance(obj, dict):
+            elif not isinstance(obj, dict):
                 self._report(lineno, "wrong-type", "line is not a JSON object")
-                continue
-            self._entry(lineno, obj)
+            else:
+                self._entry(lineno, obj)
 
     def _placeholder(self, lineno: int, raw: bytes) -> None:
         m = _PARENT_RE.search(raw[:4096])
@@ -339,12 +314,6 @@ class _FileReader:
             w1,
             values["output_tokens"],
         )
-
-
-def _mostly_binary(raw: bytes) -> bool:
-    sample = raw[:512]
-    bad = sum(1 for c in sample if c < 9 or 13 < c < 32)
-    return bad > len(sample) // 10
 
 
 def _content_blocks(entry: dict[str, Any]) -> list[dict[str, Any]] | None:

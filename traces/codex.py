@@ -91,10 +91,8 @@ from traces.builder import (
     skipped_locations,
 )
 from traces.errors import Problems
+from traces.jsonl import UNREADABLE, json_lines
 from traces.source import ImportUnit
-
-#: Longest line accepted; longer lines are reported (`line-too-long`) rather than parsed.
-MAX_LINE_BYTES = 256 * 1024 * 1024
 
 TOP_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg", "compacted"})
 #: Response items the model produced (they make up a response).
@@ -376,12 +374,6 @@ class _Output:
     tokens: int | None = None
 
 
-def _mostly_binary(raw: bytes) -> bool:
-    sample = raw[:512]
-    bad = sum(1 for c in sample if c < 9 or 13 < c < 32)
-    return bad > len(sample) // 10
-
-
 def _content_text(item: dict[str, Any]) -> str | None:
     text = item.get("text")
     return text if isinstance(text, str) else None
@@ -442,29 +434,9 @@ class _RolloutReader:
     # -- driver -------------------------------------------------------------------------
 
     def _parse(self, data: bytes) -> None:
-        if not data.strip():
-            self.problems.report(self.label, 1, "empty-file", "file is empty")
-            return
-        lines = data.split(b"\n")
-        last = len(lines) - (1 if lines[-1] == b"" else 0)
-        for i in range(last):
-            raw = lines[i]
-            lineno = i + 1
-            if not raw.strip():
-                continue
+        for lineno, _, obj in json_lines(data, self._report):
             self.stats["lines"] += 1
-            if len(raw) > MAX_LINE_BYTES:
-                self._report(lineno, "line-too-long", f"line of {len(raw)} bytes exceeds limit")
-                continue
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                if i == last - 1 and not data.endswith(b"\n"):
-                    self._report(lineno, "truncated-line", "last line is cut off")
-                elif b"\x00" in raw or _mostly_binary(raw):
-                    self._report(lineno, "binary-garbage", "line is not text")
-                else:
-                    self._report(lineno, "invalid-json", f"invalid JSON ({exc})")
+            if obj is UNREADABLE:
                 continue
             try:
                 self._line(lineno, obj)
