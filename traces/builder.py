@@ -32,7 +32,9 @@ from simulator.model import (
     Kind,
     Role,
     Session,
+    Trace,
 )
+from traces.errors import Problems
 from traces.source import ImportUnit
 from traces.tokens import count_tokens
 
@@ -532,6 +534,32 @@ def _distribute(total: int, weights: npt.NDArray[np.int64]) -> npt.NDArray[np.in
 def hasher_for(unit: ImportUnit, contents: list[bytes]) -> Hasher:
     """The keyed hasher of an import unit: keyed by a digest of all of the unit's bytes."""
     return Hasher(unit.fingerprint(contents)[1])
+
+
+def add_counts(into: dict[str, int], more: dict[str, int]) -> None:
+    """Add a reader's counters into a unit's."""
+    for key, v in more.items():
+        into[key] = into.get(key, 0) + v
+
+
+def unit_trace(
+    fmt: str,
+    unit: ImportUnit,
+    contents: list[bytes],
+    sessions: list[Session],
+    problems: Problems,
+    stats: dict[str, int],
+) -> Trace:
+    """The Trace of an import unit: its sessions, what was skipped (located by file index
+    in the unit, never by label) and the readers' counters, in a stable order."""
+    return Trace(
+        format=fmt,
+        source_digest=unit.digest(contents),
+        sessions=sessions,
+        skipped=dict(sorted(problems.counts.items())),
+        skipped_at=skipped_locations(problems.where, [f.label for f in unit.files]),
+        stats=dict(sorted(stats.items())),
+    )
 
 
 def skipped_locations(where: list[str], labels: list[str]) -> list[str]:

@@ -44,8 +44,9 @@ from traces.builder import (
     Hasher,
     RecordedUsage,
     SessionBuilder,
+    add_counts,
     hasher_for,
-    skipped_locations,
+    unit_trace,
 )
 from traces.errors import Problems
 from traces.jsonl import UNREADABLE, json_lines
@@ -781,7 +782,7 @@ def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
         stem = f.path.name.split(".")[0]
         is_agent = role != "main" or stem.startswith("agent-")
         reader = _FileReader(f.label, data, problems, whole_sidechain=is_agent)
-        _merge(stats, reader.stats)
+        add_counts(stats, reader.stats)
         if is_agent:
             kind = "compaction" if role == "compaction" else "subagent"
             groups = [(stem, kind, set(reader.order))]
@@ -798,20 +799,8 @@ def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
                 reader, nodes, hasher, id=sid, kind=kind, parent=parent, token_cache=token_cache
             )
             sessions.append(session)
-            _merge(stats, st)
-    return Trace(
-        format="claude-code",
-        source_digest=unit.digest(contents),
-        sessions=sessions,
-        skipped=dict(sorted(problems.counts.items())),
-        skipped_at=skipped_locations(problems.where, [f.label for f in unit.files]),
-        stats=dict(sorted(stats.items())),
-    )
-
-
-def _merge(into: dict[str, int], more: dict[str, int]) -> None:
-    for key, v in more.items():
-        into[key] = into.get(key, 0) + v
+            add_counts(stats, st)
+    return unit_trace("claude-code", unit, contents, sessions, problems, stats)
 
 
 def _numbered_tokens(chars: int, lines: int) -> int:

@@ -87,8 +87,9 @@ from traces.builder import (
     Hasher,
     RecordedUsage,
     SessionBuilder,
+    add_counts,
     hasher_for,
-    skipped_locations,
+    unit_trace,
 )
 from traces.errors import Problems
 from traces.jsonl import UNREADABLE, json_lines
@@ -916,13 +917,5 @@ def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
         stem = f.path.name.split(".")[0]
         reader = _RolloutReader(f.label, stem, data, problems, hasher)
         sessions.append(reader.finish(token_cache))
-        for key, v in reader.stats.items():
-            stats[key] = stats.get(key, 0) + v
-    return Trace(
-        format="codex",
-        source_digest=unit.digest(contents),
-        sessions=sessions,
-        skipped=dict(sorted(problems.counts.items())),
-        skipped_at=skipped_locations(problems.where, [f.label for f in unit.files]),
-        stats=dict(sorted(stats.items())),
-    )
+        add_counts(stats, reader.stats)
+    return unit_trace("codex", unit, contents, sessions, problems, stats)

@@ -54,8 +54,9 @@ from traces.builder import (
     IMAGE_TOKENS,
     Hasher,
     SessionBuilder,
+    add_counts,
     hasher_for,
-    skipped_locations,
+    unit_trace,
 )
 from traces.codex import shell_file_access
 from traces.errors import Problems
@@ -506,13 +507,5 @@ def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
             # A structure no check foresaw: still a located report, never a traceback.
             problems.report(f.label, 1, "malformed", f"unexpected structure ({type(exc).__name__})")
         sessions.append(reader.finish(token_cache))
-        for key, v in reader.stats.items():
-            stats[key] = stats.get(key, 0) + v
-    return Trace(
-        format="swe-agent",
-        source_digest=unit.digest(contents),
-        sessions=sessions,
-        skipped=dict(sorted(problems.counts.items())),
-        skipped_at=skipped_locations(problems.where, [f.label for f in unit.files]),
-        stats=dict(sorted(stats.items())),
-    )
+        add_counts(stats, reader.stats)
+    return unit_trace("swe-agent", unit, contents, sessions, problems, stats)
