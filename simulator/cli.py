@@ -14,19 +14,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from simulator.cli_options import CACHE_CHOICES
+from simulator.cli_options import fail as _fail
+from simulator.cli_options import jobs as _jobs
+from simulator.cli_options import lenient as _lenient
+from simulator.cli_options import no_cache as _no_cache
+from simulator.cli_options import paths as _paths
 from simulator.files import atomic_write
 from traces.errors import TraceError
 
 if TYPE_CHECKING:  # the commands import what they use lazily, to start fast
     from simulator.model import Trace
     from simulator.policy import Policy
-
-EXIT_BAD_INPUT = 2
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
 
 
 def _cache(no_cache: bool) -> Any:
@@ -109,16 +108,6 @@ def traces() -> None:
     """Import, validate and summarise recorded traces."""
 
 
-_paths = click.argument(
-    "src", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
-)
-_lenient = click.option(
-    "--lenient", is_flag=True, help="Skip and count bad lines instead of stopping at the first."
-)
-_no_cache = click.option("--no-cache", is_flag=True, help="Always compile; ignore the cache.")
-_jobs = click.option(
-    "--jobs", "-j", type=click.IntRange(0), default=0, help="Traces compiled at once (0: auto)."
-)
 _session_charts = click.option(
     "--session-charts",
     type=click.IntRange(0),
@@ -210,8 +199,6 @@ def stats(
 
 
 # -- run and fidelity ---------------------------------------------------------------------
-
-CACHE_CHOICES = ("auto", "anthropic", "openai", "google")
 
 
 @main.command()

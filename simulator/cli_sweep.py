@@ -15,31 +15,17 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
+from simulator.cli_options import CACHE_CHOICES
+from simulator.cli_options import fail as _fail
+from simulator.cli_options import jobs as _jobs
+from simulator.cli_options import lenient as _lenient
+from simulator.cli_options import no_cache as _no_cache
+from simulator.cli_options import paths as _paths
 from simulator.files import atomic_write
 
 if TYPE_CHECKING:
     from simulator.sweep import Progress, SweepResult
     from simulator.tune import TuneResult
-
-#: The cache models of `ctxsim run` (simulator/cli.py CACHE_CHOICES).
-CACHE_CHOICES = ("auto", "anthropic", "openai", "google")
-
-_paths = click.argument(
-    "src", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
-)
-_lenient = click.option(
-    "--lenient", is_flag=True, help="Skip and count bad lines instead of stopping at the first."
-)
-_no_cache = click.option("--no-cache", is_flag=True, help="Always compile; ignore the cache.")
-_jobs = click.option(
-    "--jobs", "-j", type=click.IntRange(0), default=0, help="Traces compiled at once (0: auto)."
-)
-
-
-def _fail(message: str) -> None:
-    from simulator.cli import _fail as fail
-
-    fail(message)
 
 
 def _traces(src: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int) -> Any:
