@@ -4,13 +4,13 @@ real rollout in ../shared/traces/codex checked against counts taken straight fro
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from leak_words import content_words, trace_strings
 
 from simulator.model import NEVER, CompactionEvent, Flag, Kind, Role, Session, Trace
 from traces import codex
@@ -409,37 +409,14 @@ def test_whole_binary_file_never_raises_anything_but_trace_error() -> None:
 CONTENT_KEYS = {"text", "arguments", "input", "output", "cwd", "message", "encrypted_content"}
 
 
-def _content_words(obj: Any, out: set[str], inside: bool = False) -> None:
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            _content_words(value, out, inside or key in CONTENT_KEYS)
-    elif isinstance(obj, list):
-        for value in obj:
-            _content_words(value, out, inside)
-    elif isinstance(obj, str) and inside:
-        if obj.startswith("{"):
-            with contextlib.suppress(ValueError):
-                _content_words(json.loads(obj), out, True)
-        for word in [obj, *obj.replace('"', " ").replace("'", " ").split()]:
-            if len(word) >= 8:
-                out.add(word)
-
-
-def _trace_strings(trace: Trace) -> list[str]:
-    out = [trace.format, trace.source_digest, *trace.skipped, *trace.skipped_at, *trace.stats]
-    for s in trace.sessions:
-        out += [s.id, s.kind, s.client, *s.tools, *s.models]
-    return out
-
-
 @pytest.mark.parametrize("name", ["old_order.jsonl", "new_order.jsonl", "compaction.jsonl"])
 def test_no_content_reaches_the_trace(name: str) -> None:
     path = FIXTURES / name
     words: set[str] = set()
     for line in path.read_text().splitlines():
-        _content_words(json.loads(line), words)
+        content_words(json.loads(line), CONTENT_KEYS, words, quotes="\"'")
     assert len(words) > 10
-    strings = _trace_strings(_read(path))
+    strings = trace_strings(_read(path))
     leaks = [w for w in words for s in strings if w in s]
     assert not leaks
 

@@ -4,13 +4,13 @@ and every real trajectory in ../shared/traces/swe-agent checked against the raw 
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from leak_words import content_words, trace_strings
 
 from simulator.model import Flag, Kind, Role, Session, Trace
 from traces import swe_agent
@@ -253,36 +253,13 @@ def test_bad_document(data: bytes, line: int, category: str) -> None:
 CONTENT_KEYS = {"content", "text", "thought", "action", "arguments", "observation", "response"}
 
 
-def _content_words(obj: Any, out: set[str], inside: bool = False) -> None:
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            _content_words(value, out, inside or key in CONTENT_KEYS)
-    elif isinstance(obj, list):
-        for value in obj:
-            _content_words(value, out, inside)
-    elif isinstance(obj, str) and inside:
-        if obj.startswith("{"):
-            with contextlib.suppress(ValueError):
-                _content_words(json.loads(obj), out, True)
-        for word in [obj, *obj.replace('"', " ").split()]:
-            if len(word) >= 8:
-                out.add(word)
-
-
-def _trace_strings(trace: Trace) -> list[str]:
-    out = [trace.format, trace.source_digest, *trace.skipped, *trace.skipped_at, *trace.stats]
-    for s in trace.sessions:
-        out += [s.id, s.kind, s.client, *s.tools, *s.models]
-    return out
-
-
 @pytest.mark.parametrize("name", ["text_actions.traj", "function_calls.traj"])
 def test_no_content_reaches_the_trace(name: str) -> None:
     path = FIXTURES / name
     words: set[str] = set()
-    _content_words(json.loads(path.read_text()), words)
+    content_words(json.loads(path.read_text()), CONTENT_KEYS, words)
     assert len(words) > 10
-    strings = _trace_strings(_read(path))
+    strings = trace_strings(_read(path))
     # Tool names are command names the action starts with; they are metadata, not content.
     leaks = [w for w in words for s in strings if w in s and w not in ("str_replace_editor",)]
     assert not leaks
