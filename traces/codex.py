@@ -842,8 +842,7 @@ class _RolloutReader:
                 self.stats["requests_without_usage"] += 1
             self.b.add_request(ts=req.ts, model=req.model, usage=req.usage)
         session = self.b.finish(token_cache)
-        for key, v in self.b.stats.items():
-            self.stats[key] = self.stats.get(key, 0) + v
+        add_counts(self.stats, self.b.stats)
         return session
 
 

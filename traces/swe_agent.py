@@ -487,8 +487,7 @@ class _TrajReader:
             self.b.prefix_tokens = 0
         session = self.b.finish(token_cache)
         self.stats["requests"] = session.n_requests
-        for key, v in self.b.stats.items():
-            self.stats[key] = self.stats.get(key, 0) + v
+        add_counts(self.stats, self.b.stats)
         return session
 
 
