@@ -3,15 +3,22 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 SHARED ?= ../shared/traces
 
 .PHONY: install demo test bench check clean
 
+# The main job needs the runtime dependencies only; tests, benchmarks and checks add the dev
+# extras (pytest, hypothesis, ruff, mypy, Ray, Optuna) to the same environment.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e .
 	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(DEV_STAMP)
 
 install: $(STAMP)
 
@@ -20,13 +27,13 @@ demo: $(STAMP)
 	$(BIN)/ctxsim traces stats traces/samples --parquet out/demo/stats.parquet
 	$(BIN)/ctxsim run traces/samples --out out/demo/run
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/pytest
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/pytest tests/bench --benchmark-only --benchmark-columns=min,median,mean,rounds -p no:randomly
 
-check: $(STAMP)
+check: $(DEV_STAMP)
 	$(BIN)/ruff check simulator policies traces reports tests
 	$(BIN)/ruff format --check simulator policies traces reports tests
 	$(BIN)/mypy

@@ -9,12 +9,14 @@ recorded. Replaying under this policy is how the cost model is checked against r
 
 from __future__ import annotations
 
+import bisect
 from typing import ClassVar
 
 import numpy as np
 
-from policies.base import KEPT_WARM_MS
+from policies.base import KEPT_WARM_MS, PREFIX_RESETS, WARM_START
 from simulator.model import NEVER, Flag
+from simulator.params import Declarations
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.prefix import PrefixState, infer
 from simulator.view import Breakpoint, View
@@ -26,7 +28,7 @@ class _State(SessionPolicy):
         self.schedule = ctx.history.recorded
         self.hashes = ctx.history.hashes
         self.tokens = ctx.history.tokens
-        self.prefix = PrefixState(ctx.root, infer(ctx.session, resets=resets))
+        self.prefix = PrefixState(ctx.root, infer(ctx.session, resets=resets, recorded=True))
         self.view, self.warm, self.marks = self.prefix.start_view()
         self.n_prefix = len(self.view)
         self.pos: dict[int, int] = {}
@@ -36,6 +38,8 @@ class _State(SessionPolicy):
         self.compacted: list[int] = blocks["compacted_at"].tolist()
         self.removed_later: dict[int, list[int]] = {}
         self.warm_start = warm_start
+        self.rewarm: list[int] = []
+        self.uncached: list[int] = ctx.session.requests["input"].tolist()
         self.marks_by_ttl: dict[int, list[Breakpoint]] = {}
         #: One Call reused for every request: the engine reads it at once, keeps nothing.
         self.call = Call("request", "", [], 0)
@@ -43,8 +47,12 @@ class _State(SessionPolicy):
     def _sync(self, k: int) -> None:
         if self.prefix.reset(k):  # the client changed its unlogged context: re-chain
             blocks = self.view.items(self.n_prefix)
-            self.view, _, _ = self.prefix.start_view()
+            self.view, warm, marks = self.prefix.start_view()
+            if marks != self.marks:  # another layout (a new model's prefix): its markers
+                self.marks, self.marks_by_ttl = marks, {}
             self.view.extend(blocks)
+            if self.prefix.warm_pending and self.warm_start:
+                self.rewarm = warm  # a new model's prefix, warm from other sessions
         view, pos = self.view, self.pos
         leaving = [pos.pop(b) for b in self.removed_later.pop(k, []) if b in pos]
         for b in self.schedule.leave[k]:
@@ -70,6 +78,24 @@ class _State(SessionPolicy):
                 pos[b] = i
             view.extend_blocks(entering, self.hashes, self.tokens)
 
+    def _message_mark(self, k: int, view: View) -> int:
+        """Where the request's message marker was: the item boundary nearest to what the
+        recording cached (its context less its uncached input). Usually the view's end;
+        where the client sent content after its marker (up to a few thousand uncached
+        input tokens in 2.1.x, git-sync and entirecontext of ../shared), the next request
+        reads only up to the marker, so the marker goes there."""
+        last = len(view.ids) - 1
+        tail = self.uncached[k]
+        lo = max(self.n_prefix - 1, self.marks[-1] if self.marks else 0)
+        if tail <= 0 or last <= lo:
+            return last
+        cum = view.cum
+        target = cum[last] - tail
+        j = bisect.bisect_left(cum, target, lo, last)
+        if j > lo and target - cum[j - 1] < cum[j] - target:
+            j -= 1
+        return j
+
     def step(self, k: int, out: Emitter) -> None:
         self._sync(k)
         ttl = self.ctx.recorded_ttl[k]
@@ -77,11 +103,14 @@ class _State(SessionPolicy):
         if k == 0 and self.warm_start:
             for position in self.warm:
                 out.warm(view, position, KEPT_WARM_MS)
+        for position in self.rewarm:
+            out.warm(view, position, KEPT_WARM_MS)
+        self.rewarm = []
         prefix_marks = self.marks_by_ttl.get(ttl)
         if prefix_marks is None:
             prefix_marks = self.marks_by_ttl[ttl] = [Breakpoint(p, ttl) for p in self.marks]
         call = self.call
-        call.breakpoints = [*prefix_marks, Breakpoint(len(view.ids) - 1, ttl)]
+        call.breakpoints = [*prefix_marks, Breakpoint(self._message_mark(k, view), ttl)]
         call.output_tokens = self.ctx.output[k]
         call.flags = {"overflow": True} if view.total > self.ctx.facts.window else {}
         out.call(view, call)
@@ -92,6 +121,7 @@ class AsRecorded(Policy):
     name = "as-recorded"
     version = "1"
     defaults: ClassVar[dict[str, object]] = {"warm_start": True, "prefix_resets": True}
+    declared: ClassVar[Declarations] = {"warm_start": WARM_START, "prefix_resets": PREFIX_RESETS}
 
     def session(self, ctx: SessionContext) -> SessionPolicy:
-        return _State(ctx, bool(self.params["warm_start"]), bool(self.params["prefix_resets"]))
+        return _State(ctx, self.params["warm_start"], self.params["prefix_resets"])

@@ -19,11 +19,46 @@ import numpy as np
 from policies.calibration.summary import SUMMARY_CAP, summary_tokens
 from policies.conversation import Conversation
 from simulator.model import Flag
+from simulator.params import Param, choice, count, flag, tokens
 from simulator.policy import Call, Emitter, SessionContext, SessionPolicy
 from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View, chain
 
 #: A shared prefix warmed by other sessions is taken to stay warm: far longer than any TTL.
 KEPT_WARM_MS = 10 * 365 * 24 * 3600 * 1000
+
+
+# -- the parameters every conversation-keeping policy shares (simulator/params.py) -------
+
+CACHE_TTL: Param = choice(
+    ("5m", "1h", "recorded"),
+    "TTL of the cache entries the policy's requests write",
+    "ours: each request's recorded TTL, so the harness's own choice (5m or 1h) is kept",
+    unit="duration",
+)
+PREFIX_RESETS: Param = flag(
+    "replay the recording's unlogged rewrites of the system prefix (resets)",
+    "the recorded usage shows them (simulator/prefix.py)",
+)
+WARM_START: Param = flag(
+    "the shared system prefix is cached at the first request, as the recording found it",
+    "the first recorded request's cache read (simulator/prefix.py `shared`)",
+)
+SUMMARY_TOKENS: Param = tokens(
+    "fixed size of every summary; null: drawn from the calibration with the session's rng",
+    "ours: the calibration (policies/calibration/summary.py) fitted to recorded summaries",
+    optional=True,
+)
+SUMMARY_CAP_TOKENS: Param = tokens(
+    "largest summary the calibration may draw",
+    "Claude Code 2.1.88 reserves min(max output, 20,000) for the summary (DESIGN.md 4)",
+    optional=True,
+)
+MESSAGE_MARKS: Param = count(
+    "conversation items at the end of each request that carry a cache marker",
+    "the harness's cache_control placement (module docstring)",
+    high=4,
+    unit="markers",
+)
 
 
 def ttl_ms(setting: str, recorded: int) -> int:

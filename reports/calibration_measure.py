@@ -194,6 +194,21 @@ def _reattaches(client: str) -> bool:
     return bool(policy.build(preset_for(client)).params["autocompact.reattach_first_message"])
 
 
+#: The fit keeps the clients it was made on; 2.1.200 and newer keep recent messages verbatim
+#: (compactMetadata.preservedSegment), so their context after is not summary + restored files.
+RECENT_CLIENT = (2, 1, 200)
+RECENT_REASON = "client 2.1.200 or newer: held out, measured against the policy, not fitted"
+
+
+def _recent(client: str) -> bool:
+    """Whether a recording's client is 2.1.200 or newer (an unreadable version is not)."""
+    try:
+        parts = tuple(int(x) for x in client.split()[-1].split("."))
+    except (ValueError, IndexError):
+        return False
+    return parts >= RECENT_CLIENT
+
+
 def _exclusion(session: Session, event: CompactionEvent) -> str | None:
     """Why an event cannot be measured, or None."""
     k = event.request
@@ -254,16 +269,21 @@ def measure(traces: Path) -> dict[str, Any]:
     ratios: list[float] = []
     pending: list[tuple[str, Session, CompactionEvent]] = []
     excluded: list[dict[str, Any]] = []
+    held_out: list[tuple[str, Session, CompactionEvent]] = []
     for loaded in load_all(found, lenient=True):
         source = _source_name(loaded.label)
         for session in loaded.trace.sessions:
             if not session.events:
                 continue
             synthetic = source in _SYNTHETIC_SOURCES
-            if not synthetic:
+            recent = _recent(session.client)
+            if not synthetic and not recent:
                 ratios.extend(ratio_samples(session))
             for event in session.events:
                 why = "synthetic format fixture" if synthetic else _exclusion(session, event)
+                if why is None and recent:
+                    held_out.append((source, session, event))
+                    why = RECENT_REASON
                 if why is None:
                     pending.append((source, session, event))
                 else:
@@ -274,6 +294,7 @@ def measure(traces: Path) -> dict[str, Any]:
     summaries = [row["summary_tokens"] for row in rows]
     restored = [row["restored_tokens"] for row in rows]
     beyond = [row["beyond_model_tokens"] for row in rows]
+    recent_rows = [measure_event(src, s, e, ratio) for src, s, e in held_out]
     return {
         "schema": 1,
         "what": "Claude Code compactions recorded in ../shared/traces (counts only)",
@@ -301,7 +322,44 @@ def measure(traces: Path) -> dict[str, Any]:
                 "beyond_model_median": round(statistics.median(beyond)),
             },
         },
+        "post_compaction": post_compaction(rows, recent_rows),
     }
+
+
+def _predicted(row: dict[str, Any], fitted: Sequence[dict[str, Any]], ratio_other: int) -> int:
+    """The context after a compaction as the policy builds it, with the summary's median
+    and the rest's median fitted on `fitted`: prefix + summary + file rule + re-attached
+    first message + rest (+ the other logged blocks that entered with it)."""
+    median_summary = math.exp(statistics.fmean(math.log(r["summary_tokens"]) for r in fitted))
+    rest = statistics.median(r["beyond_model_tokens"] for r in fitted)
+    parts = (row["prefix_tokens"], median_summary, row["file_rule_tokens"])
+    total: float = sum(parts) + row["reattached_tokens"] + rest + ratio_other
+    return round(total)
+
+
+def post_compaction(rows: Sequence[dict[str, Any]], recent: Sequence[dict[str, Any]]) -> Any:
+    """Leave-one-source-out check of the post-compaction model: each fitted row predicted
+    from the rows of the other sources; each held-out row (2.1.200 and newer, never
+    fitted) from all fitted rows. Error = predicted / recorded context after - 1."""
+    out = []
+    for row, held in [*((r, False) for r in rows), *((r, True) for r in recent)]:
+        fitted = rows if held else [r for r in rows if r["source"] != row["source"]]
+        other = row["context_after"] - row["prefix_tokens"] - row["summary_tokens"]
+        other -= row["restored_tokens"]
+        predicted = _predicted(row, fitted, other)
+        out.append(
+            {
+                "source": row["source"],
+                "session": row["session"],
+                "client": row["client"],
+                "trigger": row["trigger"],
+                "held_out_client": held,
+                "context_after": row["context_after"],
+                "predicted_after": predicted,
+                "error": _round(predicted / row["context_after"] - 1),
+            }
+        )
+    return out
 
 
 def render(data: dict[str, Any]) -> str:

@@ -29,6 +29,9 @@ from simulator.outputs import (
 
 REPORT_FILE = "report.html"
 CHARTS_DIR = "charts"
+#: The charts a report wrote, one name per line (relative to the run directory): the only
+#: files a later report may remove. Anything else under charts/ is the user's.
+CHARTS_INDEX = f"{CHARTS_DIR}/index.txt"
 #: Sessions that get a chart of their own (the most eventful, then the longest).
 SESSION_CHARTS = 12
 #: Rows of the session table shown; the rest are in sessions.parquet.
@@ -383,14 +386,52 @@ def build_report(
         pngs.append((key, name, data))
     page = render(requests, sessions, manifest, per_run, pngs)
     files[REPORT_FILE] = page.encode("utf-8")
+    charts_written = sorted(n for n in files if n.startswith(f"{CHARTS_DIR}/"))
+    files[CHARTS_INDEX] = "".join(f"{n}\n" for n in charts_written).encode("utf-8")
     return files
 
 
+def _check_no_links(run_dir: Path, name: str) -> None:
+    """Refuse to write or delete through a symbolic link below the run directory: a linked
+    charts/ would make a report write, or remove, files outside --out."""
+    path = run_dir
+    for part in Path(name).parts[:-1]:
+        path = path / part
+        if path.is_symlink():
+            raise ReportError(
+                f"{run_dir.name or run_dir}: {path.relative_to(run_dir)} is a symbolic link; "
+                "a report writes only inside its run directory"
+            )
+
+
 def stale_charts(run_dir: Path, keep: Iterable[str]) -> list[Path]:
-    """PNG files under the run's charts/ that this report did not write (an earlier run's
-    sessions): removed so the directory shows one run."""
-    wanted = {run_dir / k for k in keep}
-    root = run_dir / CHARTS_DIR
-    if not root.is_dir():
+    """Charts an earlier report of this run directory wrote (CHARTS_INDEX) that this one
+    does not write again (an earlier run's sessions): removed so the directory shows one
+    run. Files ctxsim did not write are never touched, nor anything through a link."""
+    wanted = set(keep)
+    for name in wanted:
+        _check_no_links(run_dir, name)
+    index = run_dir / CHARTS_INDEX
+    if not index.is_file() or index.is_symlink():
         return []
-    return sorted(p for p in root.rglob("*.png") if p not in wanted)
+    try:
+        listed = index.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    stale = []
+    for name in listed:
+        parts = Path(name).parts
+        if (
+            not name.endswith(".png")
+            or name in wanted
+            or len(parts) < 2
+            or parts[0] != CHARTS_DIR
+            or ".." in parts
+            or Path(name).is_absolute()
+        ):
+            continue
+        _check_no_links(run_dir, name)
+        path = run_dir / name
+        if path.is_file() and not path.is_symlink():
+            stale.append(path)
+    return sorted(stale)

@@ -6,8 +6,14 @@ recorded, and whether the reader had to skip anything. One row per session (suba
 compaction calls are their own sessions, linked to their parent by id).
 
 Only requests with recorded usage count towards the token sums and dollars: a request without
-usage has zero input-side columns, and its `output` column is a tokenizer estimate, not a
-recording. A session whose recorded requests use a model the price table cannot price gets
+usage has zero input-side columns. `output_recorded` is the output the recording logged;
+`output` is what every price uses: the logged figure, or the tokenizer's count of the response
+where the logged one is implausibly small (2.1.x logs a streaming snapshot; see
+traces/builder.py). The sums also hold the session's recorded compaction calls
+(`compaction_calls`: an acompact file's call, attached to its compaction event by
+traces/claude_code.py), so that every recorded API call is counted once.
+
+A session whose recorded requests use a model the price table cannot price gets
 null dollars and names the model in `unpriced_models` (or raises, with ``strict=True``).
 """
 
@@ -36,6 +42,7 @@ TOKEN_COLUMNS: tuple[str, ...] = (
     "cache_write_5m",
     "cache_write_1h",
     "output",
+    "output_recorded",
 )
 COST_COLUMNS: tuple[str, ...] = (*(f"cost_{c}" for c in COMPONENTS), "cost_total")
 
@@ -54,6 +61,7 @@ SCHEMA: dict[str, Any] = {
     **{c: pl.Float64 for c in COST_COLUMNS},
     "unpriced_models": pl.String,
     "compactions": pl.Int64,
+    "compaction_calls": pl.Int64,
     "skipped": pl.Int64,
 }
 
@@ -81,6 +89,7 @@ def session_stats(
                 "format": trace.format,
                 "models": ",".join(session.models),
                 "compactions": len(session.events),
+                "compaction_calls": sum(e.call_usage is not None for e in session.events),
                 "skipped": skipped,
             }
             row.update(_request_stats(session, prices, strict=strict))
@@ -98,10 +107,23 @@ def _request_stats(session: Session, prices: PriceBook, *, strict: bool) -> dict
         "requests_with_usage": len(used),
         "duration_s": (int(ts.max()) - int(ts.min())) / 1000.0 if n else None,
     }
-    for c in TOKEN_COLUMNS:
-        out[c] = int(r[c][used].sum())
-
     model_index = r["model"][used]
+    counts = {c: r[c][used].astype(np.int64) for c in TOKEN_COLUMNS}
+    calls = [e for e in session.events if e.call_usage is not None]
+    if calls and session.models:
+        model_index = np.concatenate(
+            [model_index, [_call_model(session, e.request) for e in calls]]
+        )
+        for j, c in enumerate(("input", "cache_read", "cache_write_5m", "cache_write_1h")):
+            counts[c] = np.concatenate(
+                [counts[c], [e.call_usage[j] for e in calls if e.call_usage]]
+            )
+        logged = [e.call_usage[4] for e in calls if e.call_usage]
+        counts["output"] = np.concatenate([counts["output"], logged])
+        counts["output_recorded"] = np.concatenate([counts["output_recorded"], logged])
+    for c in TOKEN_COLUMNS:
+        out[c] = int(counts[c].sum())
+
     unpriced: list[str] = []
     for m in np.unique(model_index):
         name = session.models[int(m)]
@@ -118,16 +140,25 @@ def _request_stats(session: Session, prices: PriceBook, *, strict: bool) -> dict
     dollars = prices.price_columns(
         session.models,
         model_index,
-        r["input"][used],
-        r["cache_read"][used],
-        r["cache_write_5m"][used],
-        r["cache_write_1h"][used],
-        r["output"][used],
+        counts["input"],
+        counts["cache_read"],
+        counts["cache_write_5m"],
+        counts["cache_write_1h"],
+        counts["output"],
     )
     for c in COMPONENTS:
         out[f"cost_{c}"] = float(dollars[c].sum())
     out["cost_total"] = float(dollars["total"].sum())
     return out
+
+
+def _call_model(session: Session, request: int) -> int:
+    """The model a compaction call before `request` ran on: the previous request's (the
+    session's first model when the compaction came first)."""
+    r = session.requests
+    if len(r) == 0:
+        return 0
+    return int(r["model"][min(max(request - 1, 0), len(r) - 1)])
 
 
 # -- rendering ----------------------------------------------------------------------------
@@ -145,12 +176,14 @@ TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("cache_read", "cache read", 0),
     ("cache_write_5m", "write 5m", 0),
     ("cache_write_1h", "write 1h", 0),
-    ("output", "output", 0),
+    ("output_recorded", "out logged", 0),
+    ("output", "out priced", 0),
     ("cost_cache_read", "$ read", 0),
     ("cost_cache_write_5m", "$ w5m", 0),
     ("cost_cache_write_1h", "$ w1h", 0),
     ("cost_total", "$ total", 0),
     ("compactions", "compact", 0),
+    ("compaction_calls", "c.calls", 0),
     ("skipped", "skipped", 0),
 )
 
@@ -203,7 +236,13 @@ def render_table(df: pl.DataFrame, columns: Sequence[tuple[str, str, int]] = TAB
 
 def _total_row(df: pl.DataFrame) -> dict[str, Any]:
     total: dict[str, Any] = {"trace": "TOTAL", "session": f"{len(df)} sessions"}
-    for name in ("requests", "requests_with_usage", *TOKEN_COLUMNS, "compactions"):
+    for name in (
+        "requests",
+        "requests_with_usage",
+        *TOKEN_COLUMNS,
+        "compactions",
+        "compaction_calls",
+    ):
         total[name] = int(df[name].sum()) if len(df) else 0
     for name in COST_COLUMNS:
         total[name] = float(df[name].sum()) if len(df) else 0.0

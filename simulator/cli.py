@@ -35,9 +35,15 @@ def _cache(no_cache: bool) -> Any:
 
 
 def _loaded(
-    paths: tuple[Path, ...], lenient: bool, no_cache: bool, label: str, jobs: int = 0
+    paths: tuple[Path, ...],
+    lenient: bool,
+    no_cache: bool,
+    label: str,
+    jobs: int = 0,
+    tally: Any = None,
 ) -> Iterator[Any]:
-    """Compile (or fetch from cache) every trace under `paths`, with a progress bar."""
+    """Compile (or fetch from cache) every trace under `paths`, with a progress bar; what
+    was read, skipped and passed over is added to `tally` (a traces.load.InputTally)."""
     from traces.load import default_jobs, load_all, units_and_others
 
     try:
@@ -45,17 +51,32 @@ def _loaded(
     except TraceError as exc:
         _fail(str(exc))
     _note_others(others)
+    if tally is not None:
+        tally.passed_over += len(others)
     cache = _cache(no_cache)
     show = len(found) > 1 and sys.stderr.isatty()
     results = load_all(found, lenient=lenient, cache=cache, jobs=jobs or default_jobs())
+
+    def counted(items: Iterator[Any]) -> Iterator[Any]:
+        for item in items:
+            if tally is not None:
+                tally.add(item)
+            yield item
+
     try:
         if show:
             with click.progressbar(results, length=len(found), label=label, file=sys.stderr) as bar:
-                yield from bar
+                yield from counted(bar)
         else:
-            yield from results
+            yield from counted(results)
     except TraceError as exc:
         _fail(str(exc))
+
+
+def _tally() -> Any:
+    from traces.load import InputTally
+
+    return InputTally()
 
 
 T = TypeVar("T")
@@ -127,12 +148,14 @@ def import_(src: tuple[Path, ...], out: Path, lenient: bool, no_cache: bool, job
     """Compile traces into content-free .ctxt files under OUT."""
     from traces.load import import_into
 
-    summary = import_into(_loaded(src, lenient, no_cache, "importing", jobs), out)
+    tally = _tally()
+    summary = import_into(_loaded(src, lenient, no_cache, "importing", jobs, tally), out)
     msg = f"imported {summary.written} trace(s) into {out} ({summary.from_cache} from cache)"
     skipped = summary.skipped_problems
     if skipped:
         msg += f"; skipped {skipped} bad line(s) (--lenient)"
     click.echo(msg)
+    click.echo(tally.line(lenient=lenient))
 
 
 @traces.command()
@@ -143,7 +166,7 @@ def validate(src: tuple[Path, ...], lenient: bool) -> None:
 
     Exits 1 when a problem was found, unless --lenient (problems are then only counted).
     """
-    from traces.load import load_unit, units_and_others
+    from traces.load import InputTally, load_unit, units_and_others
 
     try:
         found, others = units_and_others(list(src))
@@ -151,6 +174,7 @@ def validate(src: tuple[Path, ...], lenient: bool) -> None:
         _fail(str(exc))
     for label in others:
         click.echo(f"{label}: not a trace of a known format (passed over)")
+    tally = InputTally(passed_over=len(others))
     problems = 0
     for unit in found:
         try:
@@ -159,6 +183,7 @@ def validate(src: tuple[Path, ...], lenient: bool) -> None:
             click.echo(str(exc))
             problems += 1
             continue
+        tally.add(item)
         for message in item.problems:
             click.echo(message)
         problems += len(item.problems)
@@ -166,7 +191,11 @@ def validate(src: tuple[Path, ...], lenient: bool) -> None:
         requests = sum(s.n_requests for s in item.trace.sessions)
         status = "ok" if not item.problems else f"{len(item.problems)} problem(s)"
         click.echo(f"{item.label}: {sessions} session(s), {requests} request(s): {status}")
-    click.echo(f"{len(found)} trace(s), {problems} problem(s)")
+    click.echo(tally.line(lenient=lenient))
+    summary = f"{len(found)} trace(s), {problems} problem(s)"
+    if others:
+        summary += f", {len(others)} file(s) passed over"
+    click.echo(summary)
     if problems and not lenient:
         sys.exit(1)
 
@@ -184,7 +213,10 @@ def stats(
     from reports.trace_stats import render_table, session_stats, to_json
     from simulator.pricing import PriceBook, UnknownModelError
 
-    loaded = [(item.label, item.trace) for item in _loaded(src, lenient, no_cache, "reading")]
+    tally = _tally()
+    loaded = [
+        (item.label, item.trace) for item in _loaded(src, lenient, no_cache, "reading", 0, tally)
+    ]
     try:
         df = session_stats(loaded, PriceBook())
     except UnknownModelError as exc:
@@ -196,6 +228,7 @@ def stats(
         df.write_parquet(buf, statistics=False)
         atomic_write(parquet, buf.getvalue())
     click.echo(to_json(df) if as_json else render_table(df))
+    click.echo(tally.line(lenient=lenient), err=as_json)  # --json keeps stdout one document
 
 
 # -- run and fidelity ---------------------------------------------------------------------
@@ -223,7 +256,9 @@ Param = tuple[str | None, str, Any]
 
 def parse_param(text: str) -> Param:
     """`[POLICY:]KEY=VALUE`; VALUE is JSON when it parses as JSON (8000, true, [1, 2],
-    "x"), else the string as given, so `-P mode=fast` needs no quoting."""
+    "x"), else the string as given, so `-P mode=fast` needs no quoting. The policy parses
+    it by the parameter's declaration when it is built (simulator/params.py: "8k",
+    "13_000", "1h"; true / false only), so a bad value fails there in one line."""
     import orjson
 
     key, sep, raw = text.partition("=")
@@ -306,7 +341,7 @@ def _no_such_param(names: list[str], key: str, value: Any) -> str:
 
 
 def _named_traces(
-    paths: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int
+    paths: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int, tally: Any = None
 ) -> list[tuple[str, Trace]]:
     """(name, trace) of every trace under `paths`; names carry no directory.
 
@@ -314,7 +349,7 @@ def _named_traces(
     source and its imported compiled file replay under the same name and give the same rows.
     """
     named: dict[str, Trace] = {}
-    for item in _loaded(paths, lenient, no_cache, "reading", jobs):
+    for item in _loaded(paths, lenient, no_cache, "reading", jobs, tally):
         name = item.name.removesuffix(".ctxt")
         trace = item.trace
         seen = named.get(name)
@@ -354,32 +389,42 @@ def policies_list() -> None:
 @policies.command("show")
 @click.argument("name")
 def policies_show(name: str) -> None:
-    """NAME's parameters with their defaults and where each default is set (a variant
-    .toml file is shown with its overrides)."""
+    """NAME's parameters: a table of name, type, unit, default, meaning and the source of
+    the default (the fact it models, "ours", or the preset or variant file that set it; a
+    variant .toml file is shown with its overrides)."""
     from simulator import policy as registry
-    from simulator.variants import default_sources, load_variant
+    from simulator.variants import build_variant, default_sources, load_variant
 
     try:
         if name.endswith(".toml"):
             variant = load_variant(Path(name))
+            cls = registry.get(variant.extends)
             sources = default_sources(variant.extends)
-            for key, value in variant.params.items():
-                if key not in sources:
-                    registry.build(variant.extends, {key: value})  # raises with a hint
-                sources[key] = (value, f"variant {variant.source}")
+            typed = build_variant(variant).params  # a bad value: one line naming the file
+            for key in variant.params:
+                sources[key] = (typed[key], f"variant {variant.source}")
             click.echo(f"{variant.name} (extends {variant.extends})")
         else:
-            sources = default_sources(name)
             cls = registry.get(name)
+            sources = default_sources(name)
             click.echo(f"{name} {cls.version}")
     except registry.PolicyError as exc:
         _fail(str(exc))
     import orjson
 
-    width = max((len(k) for k in sources), default=0)
+    rows = [("name", "type", "unit", "default", "meaning", "source")]
     for key, (value, source) in sorted(sources.items()):
+        declared = cls.declared.get(key)
         shown = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-        click.echo(f"  {key.ljust(width)}  {shown:<24}  {source}")
+        if declared is None:
+            rows.append((key, "?", "", shown, "(not declared)", source))
+        else:
+            rows.append((key, declared.type, declared.unit, shown, declared.meaning, source))
+    # A long default (a list of tools) overflows its cell rather than widen the column.
+    widths = [max(len(row[i]) for row in rows if i != 3 or len(row[i]) <= 24) for i in range(5)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        click.echo("  " + "  ".join([*cells, row[5]]).rstrip())
 
 
 @main.command()
@@ -398,7 +443,8 @@ def policies_show(name: str) -> None:
     "params",
     multiple=True,
     metavar="[POLICY:]KEY=VALUE",
-    help="Policy parameter; VALUE is parsed as JSON when it can be (repeatable).",
+    help="Policy parameter, checked against its declaration (`ctxsim policies show NAME`): "
+    "sizes as 8000, 8k or 13_000, durations as 5m or 1h, switches as true or false (repeatable).",
 )
 @click.option(
     "--cache",
@@ -450,7 +496,8 @@ def run(
         except click.BadParameter as exc:
             _fail(f"-P {exc.message}")
     policies = _build_policies(policy_names, parsed)
-    named = _named_traces(src, lenient, no_cache, jobs)
+    tally = _tally()
+    named = _named_traces(src, lenient, no_cache, jobs, tally)
     prices = PriceBook()
     options = ReplayOptions(cache=cache, seed=seed)
     # One unit of work per policy and trace, so a long run shows its progress; the rows get
@@ -479,6 +526,7 @@ def run(
         f"wrote {', '.join(written)} to {out} "
         f"({outputs.requests.height:,} request rows, {outputs.sessions.height:,} session rows)"
     )
+    click.echo(tally.line(lenient=lenient))
 
 
 def _write_report(run_dir: Path, session_charts: int) -> str:
@@ -492,11 +540,15 @@ def _write_report(run_dir: Path, session_charts: int) -> str:
         files = build_report(run_dir, session_limit=session_charts, progress=bar)
     except ReportError as exc:
         _fail(str(exc))
-    for path in stale_charts(run_dir, files):
+    try:
+        stale = stale_charts(run_dir, files)
+    except ReportError as exc:
+        _fail(str(exc))
+    for path in stale:
         path.unlink()
     for name, data in sorted(files.items()):
         atomic_write(run_dir / name, data)
-    charts = len(files) - 1
+    charts = sum(name.endswith(".png") for name in files)
     return f"{REPORT_FILE} and {charts} chart(s)"
 
 
@@ -592,17 +644,19 @@ def fidelity(
 ) -> None:
     """Check the cost model: replay as-recorded and compare every request with its usage."""
     from simulator import policy as registry
-    from simulator.fidelity import compare, render, sessions_without_usage, summarize
+    from simulator.fidelity import compare, inferred, render, sessions_without_usage, summarize
     from simulator.outputs import parquet_bytes
     from simulator.pricing import PriceBook
     from simulator.replay import replay
 
-    named = _named_traces(src, lenient, no_cache, jobs)
+    tally = _tally()
+    named = _named_traces(src, lenient, no_cache, jobs, tally)
     prices = PriceBook()
     frame = replay(named, registry.build("as-recorded"), prices=prices)
     per_request = compare(frame, named, prices)
     sessions, overall = summarize(per_request)
     overall["sessions_without_usage"] = sessions_without_usage(named)
+    overall["inferred"] = inferred(named)
     if out is not None:
         files = {
             "fidelity.parquet": parquet_bytes(per_request),
@@ -611,6 +665,7 @@ def fidelity(
         for name, data in files.items():
             atomic_write(out / name, data)
     click.echo(render(sessions, overall), nl=False)
+    click.echo(tally.line(lenient=lenient))
 
 
 from simulator.cli_sweep import sweep, tune  # noqa: E402

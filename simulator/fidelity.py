@@ -222,6 +222,30 @@ def sessions_without_usage(traces: Sequence[tuple[str, Trace]]) -> int:
     )
 
 
+#: Reader counters that say what the compiled context was inferred from (traces/builder.py,
+#: `_Anchoring`), in the order the report names them.
+INFERRED = (
+    ("prefix_models", "prefix of a newly seen model"),
+    ("prefix_reinferred", "prefix re-inferred at a compaction"),
+    ("edits_idle", "unlogged edits after an idle gap"),
+    ("edits_unlogged", "other unlogged edits"),
+    ("edited_blocks", "blocks they removed"),
+    ("edited_tokens", "tokens they removed"),
+    ("server_passes_split", "server-tool passes split into requests"),
+    ("injected_blocks", "INJECTED blocks"),
+    ("unexplained_shrinks", "unexplained shrinks"),
+)
+
+
+def inferred(traces: Sequence[tuple[str, Trace]]) -> dict[str, int]:
+    """What the compiled contexts of `traces` were inferred from, summed over traces."""
+    out = {key: 0 for key, _ in INFERRED}
+    for _, t in traces:
+        for key in out:
+            out[key] += int(t.stats.get(key, 0))
+    return out
+
+
 def worst(sessions: pl.DataFrame, n: int = 5) -> pl.DataFrame:
     """The n sessions whose simulated dollars miss the recorded ones by the most dollars."""
     return (
@@ -312,6 +336,12 @@ def render(sessions: pl.DataFrame, overall: dict[str, Any], n_worst: int = 5) ->
         out.append(
             f"whole-corpus token error: cache read {read:+,} ({read / max(rec_read, 1):+.2%}), "
             f"cache write {write:+,} ({write / max(rec_write, 1):+.2%})"
+        )
+    if overall.get("inferred"):
+        counts = overall["inferred"]
+        out.append(
+            "inferred context: "
+            + "; ".join(f"{label} {counts.get(key, 0):,}" for key, label in INFERRED)
         )
     if overall.get("sessions_without_usage"):
         out.append(

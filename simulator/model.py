@@ -63,6 +63,11 @@ class Flag(IntFlag):
     #: `hidden_from` marks where the API stopped counting the block (thinking of an earlier
     #: turn), not a rewind: the client still sends it, so the cached prefix is unchanged.
     STRIPPED = 64
+    #: `compacted_at` marks an edit the client made without logging it (old tool results
+    #: cleared after an idle gap, an interrupted turn dropped, an unexplained drop of the
+    #: recorded context), inferred from the recorded usage (traces/builder.py); like a
+    #: recorded compaction it is seen only by `as-recorded`.
+    UNLOGGED = 128
 
 
 BLOCK_COLUMNS: dict[str, Any] = {
@@ -98,13 +103,17 @@ REQUEST_COLUMNS: dict[str, Any] = {
     "cache_write_1h": np.int64,
     "output": np.int64,  # recorded output tokens, or the tokenizer's count where implausible
     "output_recorded": np.int64,  # output tokens as the source reported them (max over lines)
+    #: System + tools prefix of this request (per model, re-inferred after a recorded
+    #: compaction); -1: the session's `prefix_tokens` (sessions built without it, and
+    #: compiled files of format version 3 and older).
+    "prefix": np.int64,
 }
 
 
 #: Columns added after version 1 of the schema, and the column their default copies.
 _DERIVED = {"ts_end": "ts"}
 #: Columns added later whose default is a constant.
-_CONSTANT = {"file_tokens": -1}
+_CONSTANT = {"file_tokens": -1, "prefix": -1}
 
 
 def _empty(columns: dict[str, Any]) -> dict[str, npt.NDArray[Any]]:
@@ -166,6 +175,10 @@ class CompactionEvent:
     pre_tokens: int  # context size before compaction as the agent reported it, -1 if unknown
     summary_block: int  # index of the summary block, -1 if none was logged
     ts: int  # ms since epoch
+    #: The compaction call's usage as the recording logged it: (input, cache read, cache
+    #: write 5m, cache write 1h, output). Claude Code 2.1.8x+ writes that call to
+    #: `subagents/agent-acompact-*.jsonl` (traces/claude_code.py); None when not logged.
+    call_usage: tuple[int, int, int, int, int] | None = None
 
 
 @dataclass
@@ -176,12 +189,23 @@ class Session:
     kind: str  # "main", "subagent" or "compaction"
     parent: int  # index of the parent session in the trace, -1 for none
     client: str  # recording client and version, e.g. "claude-code 2.1.9"
-    prefix_tokens: int  # inferred system + tools prefix (from the first recorded request)
+    prefix_tokens: int  # inferred system + tools prefix of the first request with usage
     tools: list[str]
     models: list[str]
     blocks: Columns = field(default_factory=block_columns)
     requests: Columns = field(default_factory=request_columns)
     events: list[CompactionEvent] = field(default_factory=list)
+    #: Per model (parallel to `models`): the input window the recording client logged
+    #: while running it, -1 where it logged none; empty when it logged none at all. Codex
+    #: writes `model_context_window` with every token count (95% of the model's window:
+    #: 258,400 for gpt-5.x's 272,000, 121,600 for gpt-5.3-codex-spark's 128,000); the
+    #: model facts (simulator/models.py) cannot know a model genai-prices lacks.
+    context_windows: list[int] = field(default_factory=list)
+
+    def logged_window(self, request: int) -> int:
+        """The window the client logged for the model of `request`, -1 if none."""
+        m = int(self.requests["model"][request])
+        return self.context_windows[m] if m < len(self.context_windows) else -1
 
     @property
     def n_requests(self) -> int:
@@ -192,6 +216,11 @@ class Session:
         r = self.requests
         total: I64 = r["input"] + r["cache_read"] + r["cache_write_5m"] + r["cache_write_1h"]
         return total
+
+    def prefix_at(self) -> I64:
+        """System + tools prefix per request (the `prefix` column, -1 resolved)."""
+        p: I64 = self.requests["prefix"].astype(np.int64)
+        return np.where(p < 0, np.int64(self.prefix_tokens), p)
 
     def view_mask(self, request: int, *, as_recorded: bool = False) -> BoolArray:
         """Blocks in the context of `request`: the logical history, or what was really sent."""
@@ -232,7 +261,16 @@ class Trace:
         if len(self.sessions) != len(other.sessions):
             return False
         for a, b in zip(self.sessions, other.sessions, strict=True):
-            same = (a.id, a.kind, a.parent, a.client, a.prefix_tokens, a.tools, a.models) == (
+            same = (
+                a.id,
+                a.kind,
+                a.parent,
+                a.client,
+                a.prefix_tokens,
+                a.tools,
+                a.models,
+                a.context_windows,
+            ) == (
                 b.id,
                 b.kind,
                 b.parent,
@@ -240,6 +278,7 @@ class Trace:
                 b.prefix_tokens,
                 b.tools,
                 b.models,
+                b.context_windows,
             )
             if not (same and a.events == b.events):
                 return False

@@ -256,6 +256,9 @@ class RunOutputs:
     sessions: pl.DataFrame
     manifest: dict[str, Any]
     files: dict[str, bytes]
+    #: Dollars of the recorded usage of the run's traces (requests that have usage), for
+    #: the summary to show beside each policy's; None when no request has usage.
+    recorded_cost: float | None = None
 
 
 def build_run(
@@ -284,14 +287,29 @@ def build_run(
         "files": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
     }
     files[MANIFEST_FILE] = json_bytes(manifest)
-    return RunOutputs(requests, sessions, manifest, files)
+    return RunOutputs(requests, sessions, manifest, files, recorded_cost(traces))
+
+
+def recorded_cost(traces: Sequence[tuple[str, Trace]]) -> float | None:
+    """What the recorded requests cost (their logged usage, priced like the replay), so a
+    policy's dollars are read against the recording's, not on their own."""
+    from simulator.fidelity import recorded
+    from simulator.pricing import PriceBook
+    from simulator.replay import add_costs
+
+    rows = recorded(traces)
+    if rows.height == 0:
+        return None
+    return float(add_costs(rows, PriceBook()).select(pl.col("cost_total").sum()).item())
 
 
 def render_summary(outputs: RunOutputs) -> str:
-    """Per policy spec: calls, compactions, overflows, dollars, cache hit ratio and the
-    loss proxies (definitions: reports/METRICS.md)."""
+    """Per policy spec: calls, compactions, overflows, dollars beside the recording's, cache
+    hit ratio and the loss proxies (definitions: reports/METRICS.md)."""
     summary = policy_summary(outputs.requests)
+    recorded = "-" if outputs.recorded_cost is None else f"{outputs.recorded_cost:,.4f}"
     header = ["policy", "params", "requests", "compactions", "overflows", "trips", "cost $"]
+    header += ["recorded $"]
     header += ["cache hit", "human kept", "summary", "stale refs"]
     rows = []
     for r in summary.iter_rows(named=True):
@@ -307,6 +325,7 @@ def render_summary(outputs: RunOutputs) -> str:
                 f"{r['overflows']:,}",
                 f"{r['breaker_trips']:,}",
                 cost,
+                recorded,
                 _percent(r["cache_hit_ratio"]),
                 _percent(r["human_verbatim_share"]),
                 _percent(r["summary_share"]),
@@ -316,6 +335,8 @@ def render_summary(outputs: RunOutputs) -> str:
     lines = text_table(header, rows, left=2)
     if int(summary["unpriced_calls"].sum()):
         lines.append("* dollars leave out calls whose model has no price")
+    if outputs.recorded_cost is not None:
+        lines.append("recorded $: the recorded usage of the same traces, priced the same way")
     return "\n".join(lines) + "\n"
 
 

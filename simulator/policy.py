@@ -28,6 +28,7 @@ import orjson
 from simulator.history import History
 from simulator.model import Session
 from simulator.models import ModelFacts
+from simulator.params import Declarations, ParamError, parse_all
 from simulator.view import Breakpoint, View
 
 ENTRY_POINT_GROUP = "ctxsim.policies"
@@ -127,13 +128,22 @@ class Policy(ABC):
     version: ClassVar[str] = "1"
     #: Parameter names and defaults (dotted names for nested stages, e.g. "autocompact.buffer").
     defaults: ClassVar[dict[str, Any]] = {}
+    #: Each parameter's type, unit, range, meaning and source (simulator/params.py); every
+    #: key of `defaults` has one (tests/test_params.py checks every registered policy).
+    declared: ClassVar[Declarations] = {}
 
     def __init__(self, **params: Any) -> None:
         unknown = sorted(set(params) - set(self.defaults))
         if unknown:
             hint = _did_you_mean(unknown[0], list(self.defaults))
+            if not hint:
+                hint = f" (its parameters: ctxsim policies show {self.name})"
             raise PolicyError(f"policy {self.name!r} has no parameter {unknown[0]!r}{hint}")
-        self.params = {**self.defaults, **params}
+        try:
+            typed = parse_all(self.declared, params)
+        except ParamError as exc:
+            raise PolicyError(f"policy {self.name!r}: {exc}") from None
+        self.params = {**self.defaults, **typed}
         self.variant = ""
 
     def spec(self) -> PolicySpec:

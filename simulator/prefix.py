@@ -18,13 +18,36 @@ TTL it wrote with) and were longer. Such a request is a *reset* at that point: t
 prefix segment starting there changes from that request on, for every policy (the client
 would have sent the changed context whatever the compaction policy).
 
+A recorded compaction whose request reads the cache only up to a point inside the prefix
+is a reset there too: Claude Code sends what follows the system prompt (environment,
+CLAUDE.md) again after each compaction, and the 2.1.22x compactions of ../shared read
+exactly the same 29,760-token start four times in one session.
+
+The shared part is warm from other sessions, not forever: after an idle gap (longer than
+the TTL the session last wrote with) a request that reads less than the shared part found
+it warm only that far: its segments up to the read are the warm versions (again, if an
+earlier gap found them cold) and the one at the read is reset. In ../shared, git-sync and
+entirecontext sessions read nothing after gaps of hours, m-claude and wakil ones part of
+it, others all of it after 54 minutes.
+
 Sessions without usage have one segment, the whole prefix.
+
+Prefix changes. The prefix is per request (`Session.prefix_at`, the compiled `prefix`
+column): each model gets its own (Claude Code sends full tool schemas to some models and
+deferred tools to others; issue 12 measured 159k against 42k in one session), and a
+recorded compaction can shrink it (traces/builder.py). Each run of requests with one
+prefix total is an *epoch* with its own layout, inferred from that run's reads as above;
+a segment with the same bounds and content version in two layouts is the same content
+(the system prompt does not change with the model), so it keeps its identity: the part a
+new model finds warm from elsewhere is read again where the recording read it. Every
+layout is padded to the same number of items with empty ones, so a policy's view keeps
+its prefix length when the layout changes (`PrefixState.reset` says when).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simulator.model import Session
 from simulator.view import FIVE_MINUTES, NO_BLOCK, ONE_HOUR, View, chain
@@ -43,6 +66,15 @@ class Prefix:
     cuts: tuple[int, ...] = (0,)
     #: Request -> segment start whose content changes there (an unlogged reset).
     resets: dict[int, int] = field(default_factory=dict)
+    #: Request -> the layout from that request on (a new model's prefix, or a prefix
+    #: re-inferred after a compaction); empty when the prefix never changes.
+    changes: dict[int, Prefix] = field(default_factory=dict)
+    #: A layout of a model's first requests: what they read of it was warm from elsewhere
+    #: (`shared`), to be seeded when the layout starts (`PrefixState.warm_pending`).
+    new_model: bool = False
+    #: Request after an idle gap -> how far the shared part was warm from elsewhere (what
+    #: the recording read of it): those segments are the warm versions again.
+    shared_warm: dict[int, int] = field(default_factory=dict)
 
     def segments(self) -> list[tuple[int, int]]:
         """(start, size) of each prefix segment."""
@@ -50,7 +82,26 @@ class Prefix:
         return [(a, b - a) for a, b in itertools.pairwise(bounds) if b > a]
 
 
-def infer(session: Session, *, resets: bool = True) -> Prefix:
+def _layout(
+    total: int, requests: list[int], read: list[int], has: list[bool], marks: set[int]
+) -> tuple[int, int, set[int]]:
+    """(shared, system, cut points) of one epoch's prefix from its requests' reads."""
+    used = [k for k in requests if has[k]]
+    if not used:
+        return 0, total, set()
+    shared = min(read[used[0]], total)
+    later = [read[k] for k in used[1:] if shared < read[k] <= total]
+    system = min(later) if later else total
+    inside = {m for m in marks if 0 < m < total}
+    return shared, system, {0, shared, system, *inside}
+
+
+def infer(session: Session, *, resets: bool = True, recorded: bool = False) -> Prefix:
+    """The prefix of a session's views. `recorded`: for a replay of the recording's own
+    compactions (`as-recorded`); other policies do not compact where the recording did, so
+    what a compaction changed in the prefix (a re-inferred size, the part re-sent after
+    it) is not theirs: they keep each model's prefix from before."""
+    totals = session.prefix_at().tolist()
     total = session.prefix_tokens
     r = session.requests
     has = r["has_usage"].tolist()
@@ -61,23 +112,59 @@ def infer(session: Session, *, resets: bool = True) -> Prefix:
     w1 = r["cache_write_1h"].tolist()
     w5 = r["cache_write_5m"].tolist()
     context = session.recorded_context().tolist()
-    shared = min(read[0], total)
-    later = [c for c, h in zip(read[1:], has[1:], strict=True) if h and shared < c <= total]
-    system = min(later) if later else total
     compactions = {e.request for e in session.events}
+    if not recorded:
+        totals = _model_prefixes(totals, r["model"].tolist())
     # Reads that end inside the prefix mark cache entries there (system prompt markers).
-    marks = {read[k] for k in compactions if k < len(has) and has[k] and 0 < read[k] < total}
+    marks = {read[k] for k in compactions if k < len(has) and has[k] and read[k] > 0}
     found: dict[int, int] = {}
+    shared0 = min(read[0], totals[0])
+    warm_shared: dict[int, int] = {}
     if resets:
         for k in range(1, len(has)):
-            if not (has[k] and has[k - 1]) or k in compactions or read[k] >= total:
-                continue
             ttl = ONE_HOUR if w1[k - 1] > 0 and w5[k - 1] == 0 else FIVE_MINUTES
             alive = ts[k] - ts[k - 1] < ttl
+            if recorded and has[k] and k in compactions and 0 < read[k] < totals[k]:
+                # A compaction re-sends what follows the system prompt (environment,
+                # CLAUDE.md): the recording reads only up to there, every time.
+                found[k] = read[k]
+                if not alive and shared0 > 0:
+                    warm_shared[k] = min(read[k], shared0)
+                continue
+            if not (has[k] and has[k - 1]) or k in compactions or read[k] >= totals[k]:
+                continue
+            if totals[k] != totals[k - 1]:
+                continue  # a new layout: its own cache entries, not a reset
             if alive and context[k - 1] - read[k] >= RESET_MIN_SHORTFALL:
                 found[k] = read[k]
-    cuts = sorted({0, shared, system, *found.values(), *marks} - {total})
-    return Prefix(shared, system, total, tuple(c for c in cuts if c < total), found)
+            elif not alive and shared0 > 0:
+                warm_shared[k] = min(read[k], shared0)  # warm from elsewhere so far
+                if read[k] < shared0:
+                    found[k] = read[k]  # and the rest cold
+    models = r["model"].tolist()
+    starts = [0, *(k for k in range(1, len(totals)) if totals[k] != totals[k - 1])]
+    bounds = [*starts, len(totals)]
+    layouts: list[tuple[int, Prefix]] = []
+    for a, b in itertools.pairwise(bounds):
+        t = totals[a]
+        shared, system, cuts = _layout(t, list(range(a, b)), read, has, marks)
+        new_model = a > 0 and models[a] not in models[:a]
+        if a and not new_model:
+            shared = layouts[0][1].shared  # warm from elsewhere: seeded once, at the start
+        cuts |= {v for v in found.values() if v < t} | {layouts[0][1].shared if a else 0}
+        cut_points = tuple(sorted(c for c in cuts if c < t) or [0])
+        layouts.append((a, Prefix(shared, system, t, cut_points, found, new_model=new_model)))
+    first = replace(layouts[0][1], shared_warm=warm_shared)
+    if len(layouts) == 1:
+        return first
+    return replace(first, changes={a: layout for a, layout in layouts[1:]})
+
+
+def _model_prefixes(totals: list[int], models: list[int]) -> list[int]:
+    """Per-request prefixes with each model keeping the size it first had (the builder
+    changes a model's prefix only at a recorded compaction)."""
+    first: dict[int, int] = {}
+    return [first.setdefault(m, t) for t, m in zip(totals, models, strict=True)]
 
 
 class PrefixState:
@@ -86,18 +173,40 @@ class PrefixState:
     def __init__(self, root: int, prefix: Prefix) -> None:
         self.root = root
         self.prefix = prefix
-        self.version = {start: 0 for start, _ in prefix.segments()}
+        self.layout = prefix
+        layouts = [prefix, *prefix.changes.values()]
+        self.n_items = max(max(len(p.segments()) for p in layouts), 1)
+        self.version: dict[int, int] = {}
+        #: The layout `reset` just started is a new model's: its warm part is to be seeded.
+        self.warm_pending = False
 
     def reset(self, request: int) -> bool:
         """Apply an unlogged change at `request`, if there is one; True if the prefix changed."""
+        changed = False
+        layout = self.prefix.changes.get(request)
+        self.warm_pending = False
+        if layout is not None:
+            self.layout = layout
+            self.warm_pending = layout.new_model
+            changed = True
+        upto = self.prefix.shared_warm.get(request)
+        if upto is not None:
+            for start, size in self.layout.segments():
+                if start + size <= upto and self.version.get(start, 0):
+                    self.version[start] = 0  # warm from elsewhere again
+                    changed = True
         at = self.prefix.resets.get(request)
         if at is None:
-            return False
-        for start, _ in self.prefix.segments():
+            return changed
+        for start, _ in self.layout.segments():
             if start >= at:
-                self.version[start] += 1
+                self.version[start] = self.version.get(start, 0) + 1
                 break
         return True
+
+    def _item(self, start: int, size: int) -> int:
+        version = self.version.get(start, 0)
+        return chain(chain(self.root, (start << 24) ^ version), start + size)
 
     def start_view(self) -> tuple[View, list[int], list[int]]:
         """A view of the prefix items, the positions cached before the session began (the
@@ -105,12 +214,12 @@ class PrefixState:
         markers (where its observed reads end; at most 3, the largest, so that with the
         message marker a request has at most 4)."""
         view = View(self.root)
-        p = self.prefix
+        p = self.layout
         ends = set(p.cuts[1:]) | {p.system}
         warm: list[int] = []
         marks: list[int] = []
         for start, size in p.segments():
-            view.append(NO_BLOCK, chain(self.root, (start << 24) ^ self.version[start]), size)
+            view.append(NO_BLOCK, self._item(start, size), size)
             end = start + size
             if 0 < end <= p.shared:
                 warm.append(len(view) - 1)
@@ -120,4 +229,6 @@ class PrefixState:
             view.append(NO_BLOCK, chain(self.root, 0), 0)
         if not marks:
             marks.append(len(view) - 1)
+        for pad in range(len(view), self.n_items):  # the same length in every layout
+            view.append(NO_BLOCK, chain(self.root, ~pad), 0)
         return view, warm, marks[-3:]

@@ -24,6 +24,7 @@ run of identical leading items, floored to the step.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import NamedTuple
 
 from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View
@@ -138,16 +139,31 @@ class AnthropicCache(PromptCache):
 
 
 class AutomaticCache(PromptCache):
-    """OpenAI-style automatic prefix caching (and Gemini implicit caching)."""
+    """OpenAI-style automatic prefix caching (and Gemini implicit caching).
+
+    `tail_tokens`: the last tokens of a prompt that a later prompt cannot read (the cache
+    holds the prompt but for its tail); `offset`: reads are `offset + k * step` tokens.
+    Both 0 reproduce plain floor-to-step reads of the longest shared prefix. The OpenAI
+    values per model family, and their evidence, are in `OPENAI_FAMILIES`.
+    """
 
     def __init__(
-        self, min_tokens: int = 1024, step: int = 128, retention_ms: int = 10 * 60 * 1000
+        self,
+        min_tokens: int = 1024,
+        step: int = 128,
+        retention_ms: int = 10 * 60 * 1000,
+        tail_tokens: int = 0,
+        offset: int = 0,
     ) -> None:
         self.min_tokens = min_tokens
         self.step = step
         self.retention_ms = retention_ms
+        self.tail_tokens = tail_tokens
+        self.offset = offset
         #: prefix hash -> last use (ms); every position of every prompt is stored
         self.entries: dict[int, int] = {}
+        #: prefix hash -> tokens of it readable, for prefixes that reach into a tail
+        self.covered: dict[int, int] = {}
 
     def warm_entry(self, chains: list[int], tokens: int, now_ms: int, ttl_ms: int) -> None:
         for h in chains:
@@ -183,14 +199,77 @@ class AutomaticCache(PromptCache):
         done = now_ms if done_ms is None else max(done_ms, now_ms)
         deepest = self._deepest(view, now_ms)
         read = 0
+        chains, cum = view.chains, view.cum
+        covered = self.covered
         if deepest >= 0:
-            tokens = view.cum[deepest]
+            tokens = covered.get(chains[deepest], cum[deepest])
             if tokens >= self.min_tokens:
-                read = tokens - tokens % self.step
+                read = tokens - (tokens - self.offset) % self.step
         entries = self.entries
-        for h in view.chains:
+        if self.tail_tokens:
+            limit = view.total - self.tail_tokens
+            i = len(cum)
+            while i > 0 and cum[i - 1] > limit:
+                i -= 1
+                h = chains[i]
+                if h not in entries or h in covered:  # else an earlier prompt holds it whole
+                    covered[h] = max(covered.get(h, 0), limit)
+            # The tail of an earlier prompt this one extends is readable whole now (a tail
+            # spans the last items of a prompt: 64 positions back is ample).
+            for j in range(max(0, i - 64), i):
+                covered.pop(chains[j], None)
+        for h in chains:
             entries[h] = done
         return Usage(view.total - read, read, 0, 0)
+
+
+class OpenAIFamily(NamedTuple):
+    """Cache behaviour of one OpenAI model family (see `OPENAI_FAMILIES`)."""
+
+    retention_ms: int
+    tail_tokens: int
+    step: int
+    offset: int
+
+
+#: OpenAI automatic caching per model family: first match of the model name wins.
+#: Fitted to the recorded ``cached_input_tokens`` of ../shared/traces/codex, 6,050 requests
+#: in 7 source folders (policies/calibration/codex.md: method; codex_fit.json: figures):
+#: retention and tail chosen on a grid, per family, minimising the summed |read error|.
+#: Leave-one-source-out the choice is the same for every held-out folder but four
+#: (git-sync: gpt-5.4 tail 128; entirecontext: gpt-5.6 tail 640; hk: gpt-5.6 10 minutes,
+#: tail 384; agentv: the others 10 minutes).
+#:
+#: * Step and offset: all 6,050 recorded reads follow their family's rule
+#:   (tests/test_codex_cache.py): gpt-5-codex, 5.3, 5.4 and 5.5 read multiples of 128;
+#:   gpt-5.6 reads 256 more than a multiple of 512, never a multiple of 512. Reads start at
+#:   1,024 tokens (OpenAI's minimum).
+#: * Tail: the previous prompt is not read whole. Median (previous input - cached) on the
+#:   requests that only append to the previous one: gpt-5.4 -5 tokens (it often reads into
+#:   the previous response: 672 of 1,582 reads equal the previous input plus output, floored
+#:   to 128), 5.3 76, 5.5 304, 5.6 659. Fitted tails: 5.4 0, 5.5 256, 5.6 512.
+#: * Retention after the last use: hit rate (read >= half the context) after an idle gap
+#:   of 5-10 minutes 57% for gpt-5.4 (30 gaps), 86% for 5.5 (36); after 30-60 minutes 43%
+#:   (7) and 88% (8); after more than an hour 0 of 13 and 0 of 10. Fitted: 5.4 10 minutes,
+#:   5.5 45, 5.6 15 (few long gaps: 7), others 15 (gpt-5-codex and 5.3, 260 requests).
+#: * What breaks the prefix is the view's business: a model switch starts another cache
+#:   (one per model, simulator/replay.py); reasoning items dropped at a user turn and
+#:   compactions change the view (traces/codex.py). A hosted web search's results are
+#:   never resent, so the next read stops where they were (traces/codex.py).
+OPENAI_FAMILIES: list[tuple[str, OpenAIFamily]] = [
+    (r"gpt-5\.6", OpenAIFamily(15 * 60 * 1000, 512, 512, 256)),
+    (r"gpt-5\.5", OpenAIFamily(45 * 60 * 1000, 256, 128, 0)),
+    (r"gpt-5\.4", OpenAIFamily(10 * 60 * 1000, 0, 128, 0)),
+    (r"", OpenAIFamily(15 * 60 * 1000, 0, 128, 0)),
+]
+
+
+def openai_family(model: str) -> OpenAIFamily:
+    """The cache behaviour of an OpenAI model (the generic row for an unknown one)."""
+    for pattern, family in OPENAI_FAMILIES:
+        if re.search(pattern, model):
+            return family
+    return OPENAI_FAMILIES[-1][1]
 
 
 def _check_breakpoints(breakpoints: list[Breakpoint]) -> None:
@@ -205,12 +284,16 @@ def _check_breakpoints(breakpoints: list[Breakpoint]) -> None:
             raise ValueError("a longer-TTL cache breakpoint follows a shorter one")
 
 
-def for_provider(provider: str, min_tokens: int) -> PromptCache:
-    """The cache model of a provider ("anthropic", "openai", "google")."""
+def for_provider(provider: str, min_tokens: int, model: str = "") -> PromptCache:
+    """The cache model of a provider ("anthropic", "openai", "google"); for OpenAI, of
+    the model's family when `model` is given (`OPENAI_FAMILIES`)."""
     if provider == "anthropic":
         return AnthropicCache(min_tokens=min_tokens)
     if provider == "openai":
-        return AutomaticCache(min_tokens=1024, step=128)
+        if not model:
+            return AutomaticCache(min_tokens=1024, step=128)
+        f = openai_family(model)
+        return AutomaticCache(1024, f.step, f.retention_ms, f.tail_tokens, f.offset)
     if provider == "google":
         return AutomaticCache(min_tokens=min_tokens, step=1)
     raise ValueError(f"no cache model for provider {provider!r}")

@@ -25,7 +25,7 @@ import polars as pl
 
 from simulator.history import History
 from simulator.model import Session, Trace
-from simulator.models import facts
+from simulator.models import facts, session_facts
 from simulator.policy import Call, Emitter, Policy, SessionContext
 from simulator.pricing import PriceBook, UnknownModelError, UnsupportedPricingError
 from simulator.prompt_cache import FIVE_MINUTES, ONE_HOUR, PromptCache, Usage, for_provider
@@ -123,7 +123,9 @@ class _SessionEngine(Emitter):
         """The first call with model m: its own cache, with the warm shared prefixes."""
         model_facts = facts(self.session.models[m])
         provider = model_facts.provider if self.cache_option == "auto" else self.cache_option
-        cache = self.caches[m] = for_provider(provider, model_facts.min_cache_tokens)
+        cache = self.caches[m] = for_provider(
+            provider, model_facts.min_cache_tokens, self.session.models[m]
+        )
         for chains, tokens, since, ttl in self.warmed:
             cache.warm_entry(chains, tokens, since, ttl)
         return cache
@@ -178,7 +180,7 @@ def session_context(trace_name: str, session: Session, options: ReplayOptions) -
     return SessionContext(
         session=session,
         history=History(session),
-        facts=facts(model),
+        facts=session_facts(session, model),
         rng=random.Random(_seed_for(options.seed, trace_name, session.id)),
         ts=session.requests["ts"].tolist(),
         ts_end=session.requests["ts_end"].tolist(),

@@ -89,7 +89,8 @@ class SweepError(ValueError):
 
 # -- grid values ----------------------------------------------------------------------------
 
-_NUMBER = r"[-+]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+#: A number as people type it in a range: 8000, 13_000, 0.5, 1e3, or a size "8k" (x 1,000).
+_NUMBER = r"[-+]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?[kK]?"
 _RANGE = re.compile(rf"\s*({_NUMBER})\s*:\s*({_NUMBER})\s*:\s*({_NUMBER})\s*")
 
 
@@ -102,7 +103,21 @@ def _json_or_text(text: str) -> Any:
 
 
 def _decimal(text: str) -> decimal.Decimal:
-    return decimal.Decimal(text.replace("_", ""))
+    clean = text.strip().replace("_", "")
+    if clean[-1:] in ("k", "K"):
+        return decimal.Decimal(clean[:-1]) * 1000
+    return decimal.Decimal(clean)
+
+
+def _integral(text: str) -> bool:
+    """Written as a whole number: 8000, 13_000, or a size in k that is whole (1.5k)."""
+    clean = text.strip()
+    if re.fullmatch(r"[-+]?[\d_]+", clean):
+        return True
+    if clean[-1:] not in ("k", "K"):
+        return False
+    value = _decimal(clean)
+    return value == value.to_integral_value()
 
 
 def range_values(start: str, stop: str, step: str) -> list[Any]:
@@ -122,7 +137,7 @@ def range_values(start: str, stop: str, step: str) -> list[Any]:
     count = int((b - a) // s) + 1
     if count > MAX_VALUES:
         raise SweepError(f"{start}:{stop}:{step}: {count:,} values (at most {MAX_VALUES:,})")
-    integral = all(re.fullmatch(r"[-+]?[\d_]+", t.strip()) for t in (start, stop, step))
+    integral = all(_integral(t) for t in (start, stop, step))
     values = [a + i * s for i in range(count)]
     return [int(v) for v in values] if integral else [float(v) for v in values]
 
@@ -372,8 +387,11 @@ def build_cells(config: SweepConfig) -> list[Cell]:
             cls = classes[name]
             fixed = {k: v for s, k, v in config.params if _applies(s, k, name, cls, alone)}
             axes = [(k, v) for s, k, v in config.grid if _applies(s, k, name, cls, alone)]
-            shipped = {**cls.defaults, **(variants[name].params if name in variants else {})}
-            shipped.update(fixed)
+            # The policy as it is without the grid, its values parsed ("8k" is 8000).
+            if name in variants:
+                shipped = build_variant(variants[name], fixed).params
+            else:
+                shipped = registry.build(name, fixed).params
             defaults = tuple((k, shipped.get(k)) for k, _ in axes)
             for combo in itertools.product(*(values for _, values in axes)):
                 values = tuple(zip((k for k, _ in axes), combo, strict=True))
@@ -382,7 +400,9 @@ def build_cells(config: SweepConfig) -> list[Cell]:
                     built = build_variant(variants[name], params)
                 else:
                     built = registry.build(name, params)
-                cell = Cell(built.spec(), values, defaults)
+                # The grid values as the policy parsed them ("8k" is 8000 in the manifest).
+                typed = tuple((k, built.params[k]) for k, _ in values)
+                cell = Cell(built.spec(), typed, defaults)
                 cells.setdefault(cell.key, cell)
     except PolicyError as exc:
         raise SweepError(str(exc)) from None

@@ -149,7 +149,11 @@ def parse_dimension(text: str) -> Dimension:
 
 
 def _number(text: str) -> int | float:
+    """8000, 13_000, 0.5, or a size in k ("8k" is 8000)."""
     cleaned = text.strip().replace("_", "")
+    if cleaned[-1:] in ("k", "K"):
+        scaled = _number(cleaned[:-1]) * 1000
+        return int(scaled) if float(scaled).is_integer() else scaled
     try:
         return int(cleaned)
     except ValueError:
@@ -239,6 +243,29 @@ class TuneSpec:
         return registry.build(self.policy, params)
 
 
+def check_space(spec: TuneSpec) -> Policy:
+    """The policy with the fixed parameters, after checking that every tuned key exists
+    (did-you-mean otherwise) and that its declaration accepts both ends of its range and
+    every choice: a bad range is one line before the first trial, not a failed study. A
+    range over a whole-number parameter must be integral (a float range would propose
+    8000.37 tokens)."""
+    try:
+        base = spec.build({})
+        for d in spec.dimensions:
+            ends = d.choices or ((int(d.low), int(d.high)) if d.integer else (d.low, d.high))
+            for value in ends:
+                spec.build({d.key: value})
+            declared = type(base).declared.get(d.key)
+            if not d.choices and declared is not None and declared.whole and not d.integer:
+                raise TuneError(
+                    f"--param {d.key}={d.low:g}:{d.high:g}: expected whole numbers"
+                    f" ({declared.accepts})"
+                )
+    except PolicyError as exc:
+        raise TuneError(str(exc)) from None
+    return base
+
+
 def figures(frame: pl.DataFrame) -> dict[str, Any]:
     """The tunable figures of a replay (METRICS names)."""
     summary = overall_summary(frame)
@@ -300,13 +327,7 @@ def tune(
         import optuna
     except ImportError:
         raise TuneError("tuning needs Optuna: pip install 'ctxsim[tune]'") from None
-    try:
-        base = spec.build({})
-        for d in spec.dimensions:  # every tuned key must exist (did-you-mean otherwise)
-            low = d.choices[0] if d.choices else (int(d.low) if d.integer else d.low)
-            spec.build({d.key: low})
-    except PolicyError as exc:
-        raise TuneError(str(exc)) from None
+    base = check_space(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     settings = _settings(spec, traces)
     name = study_name or default_study_name(spec, settings)

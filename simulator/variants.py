@@ -56,7 +56,12 @@ def load_variant(path: Path) -> Variant:
 
 
 def build_variant(variant: Variant, overrides: dict[str, Any] | None = None) -> Policy:
-    """The base policy with the variant's parameters, then the command line's."""
+    """The base policy with the variant's parameters, then the command line's. The file's
+    own values are checked first, so a bad one is reported with the file's name."""
+    try:
+        registry.build(variant.extends, variant.params)
+    except PolicyError as exc:
+        raise PolicyError(f"{variant.source}: {exc}") from None
     params = {**variant.params, **(overrides or {})}
     built = registry.build(variant.extends, params)
     built.variant = variant.name
@@ -64,8 +69,9 @@ def build_variant(variant: Variant, overrides: dict[str, Any] | None = None) -> 
 
 
 def default_sources(name: str) -> dict[str, tuple[Any, str]]:
-    """Every parameter of a registered policy with its default and where that default is
-    set: the policy class that last changed it (a preset, or the base pipeline)."""
+    """Every parameter of a registered policy with its default and where that default
+    comes from: the declaration's source (the fact it models, or "ours") when it is the
+    value the parameter was first given, else the preset that changed it."""
     cls = registry.get(name)
     out: dict[str, tuple[Any, str]] = {}
     chain = [c for c in cls.__mro__ if issubclass(c, Policy) and "defaults" in c.__dict__]
@@ -76,7 +82,13 @@ def default_sources(name: str) -> dict[str, tuple[Any, str]]:
                 source = parent
             else:
                 break
-        registered = "name" in source.__dict__ and registry.is_registered(source)
-        label = source.name if registered else f"{source.__module__}.{source.__qualname__}"
+        first = [c for c in chain if key in c.defaults][-1]
+        declared = cls.declared.get(key)
+        if source is first and declared is not None:
+            label = declared.source
+        elif "name" in source.__dict__ and registry.is_registered(source):
+            label = f"preset {source.name}"
+        else:
+            label = f"{source.__module__}.{source.__qualname__}"
         out[key] = (value, label)
     return out

@@ -9,7 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The CLI is the one module that wires readers, policies and reports together.
 WIRING = {ROOT / "simulator" / "cli.py", ROOT / "simulator" / "cli_sweep.py"}
 #: What `policies` and `traces` may take from the core: its model and view types (the trace
-#: model; the view, its prefix items and history schedule; the policy protocol).
+#: model; the view, its prefix items and history schedule; the policy protocol and its
+#: typed parameters; the facts of the models a session runs on).
 CORE_TYPES = {
     "simulator",
     "simulator.model",
@@ -17,6 +18,8 @@ CORE_TYPES = {
     "simulator.history",
     "simulator.prefix",
     "simulator.policy",
+    "simulator.params",
+    "simulator.models",
 }
 
 

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
@@ -47,7 +48,6 @@ CASES = [
     Case("wrong_type_usage.jsonl", 5, "wrong-type", 3),
     Case("wrong_type_content.jsonl", 6, "wrong-type", 3),
     Case("missing_usage.jsonl", 5, "missing-usage", 3),
-    Case("unknown_type.jsonl", 4, "unknown-type", 3),
     Case("duplicate_uuid.jsonl", 6, "duplicate-id", 3),
     Case("timestamp_order.jsonl", 7, "timestamp-order", 3),
     Case("orphan_tool_result.jsonl", 4, "orphan-tool-result", 3),
@@ -117,6 +117,36 @@ def test_valid_fixture_imports_cleanly() -> None:
     (s,) = trace.sessions
     assert s.n_requests == 3
     assert s.requests["has_usage"].all()
+
+
+def test_an_unlisted_metadata_type_is_skipped_and_counted_even_strict() -> None:
+    """`unknown_type.jsonl` line 4 is an entry of a type no list names, with no message:
+    metadata by its structure (Claude Code 2.1.8x+ adds such types with every release)."""
+    trace = _load(BAD / "unknown_type.jsonl", lenient=False)
+    control = _load(VALID, lenient=False)
+    assert trace.skipped == {}
+    assert trace.stats["lines_metadata"] == control.stats["lines_metadata"] + 1
+    assert trace.stats["lines_metadata_unlisted"] == 1
+    assert trace.stats["lines"] == control.stats["lines"] + 1
+    (s,), (c,) = trace.sessions, control.sessions
+    assert s.requests.equals(c.requests)
+    assert np.array_equal(s.blocks["tokens_raw"], c.blocks["tokens_raw"])
+
+
+def test_an_unknown_type_carrying_a_message_is_a_located_problem(tmp_path: Path) -> None:
+    """An entry of an unknown type that holds a `message` would carry context the reader
+    cannot place: a problem, never a silent skip."""
+    lines = _valid_lines()
+    planted = {"type": "hologram", "message": {"role": "user", "content": "x"}, "uuid": "h"}
+    lines.insert(3, json.dumps(planted))
+    path = tmp_path / "unknown_message.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(TraceError) as info:
+        _load(path, lenient=False)
+    assert (info.value.line, info.value.category) == (4, "unknown-type")
+    trace = _load(path, lenient=True)
+    assert trace.skipped == {"unknown-type": 1}
+    assert trace.sessions[0].n_requests == 3
 
 
 # -- each defect ---------------------------------------------------------------------------

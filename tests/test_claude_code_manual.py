@@ -110,3 +110,20 @@ def test_a_manual_compaction_is_replayed_with_context_collapse_on() -> None:
     frame = replay([("t", _logged("manual"))], policy.build("claude-code@1.0", params))
     assert frame.filter(pl.col("kind") == "compaction")["stage"].to_list() == ["manual"]
     assert contexts(frame) == [11_000, 12_000, 13_000, 12_500, 13_500, 14_500]
+
+
+def test_disable_compact_refuses_the_users_compact_too() -> None:
+    """DISABLE_COMPACT turns every compaction off, /compact included (DISABLE_AUTO_COMPACT
+    only the automatic one): the turns then go on growing by 1,000 each."""
+    params = {"autocompact.summary_tokens": 3_000, "autocompact.restore_extra_tokens": 0}
+    off = replay(
+        [("t", _session("manual"))], policy.build("claude-code", {**params, "DISABLE_COMPACT": "1"})
+    )
+    assert off.filter(pl.col("kind") == "compaction").is_empty()
+    assert contexts(off) == [11_000, 12_000, 13_000, 14_000, 15_000, 16_000]
+    auto_off = replay(
+        [("t", _session("manual"))],
+        policy.build("claude-code", {**params, "DISABLE_AUTO_COMPACT": "1"}),
+    )
+    compactions = auto_off.filter(pl.col("kind") == "compaction")
+    assert compactions.select("request", "stage").rows() == [(3, "manual")]

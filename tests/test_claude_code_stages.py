@@ -43,7 +43,16 @@ SONNET = "claude-sonnet-4-5-20250929"
 T0 = 1_760_000_000_000
 MINUTE = 60_000
 NEWEST = "claude-code@2.1.88"
-PRESETS = ["claude-code", "claude-code@1.0", "claude-code@2.1.6", "claude-code@2.1.88"]
+PRESETS = [
+    "claude-code",
+    "claude-code@1.0",
+    "claude-code@2.1.6",
+    "claude-code@2.1.88",
+    "claude-code@2.1.92",
+    "claude-code@2.1.144",
+    "claude-code@2.1.221",
+    "claude-code@latest",
+]
 #: A fixed 3,000-token summary and no extra restored context: post-compaction contexts are
 #: prefix + 3,000 + restored files.
 AUTO: dict[str, Any] = {
@@ -894,11 +903,15 @@ def test_session_memory_falls_back_to_a_full_compaction_beyond_the_tail_cap() ->
 # -- presets --------------------------------------------------------------------------------
 
 
-def test_claude_code_names_the_newest_preset() -> None:
-    newest, named = policy.build("claude-code"), policy.build(NEWEST)
-    assert newest.params == named.params
-    assert newest.version == named.version == "2.1.88"
+def test_claude_code_at_latest_names_the_newest_preset() -> None:
+    latest, named = policy.build("claude-code@latest"), policy.build("claude-code@2.1.221")
+    assert latest.params == named.params
+    assert latest.version == named.version == "2.1.221"
     assert set(PRESETS) <= set(policy.names())
+    # `claude-code` itself is the version-matched policy: BASE plus what it was given.
+    matched = policy.build("claude-code", {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "60"})
+    assert matched.version == "matched"
+    assert matched.spec().params == (("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", "60"),)
 
 
 @pytest.mark.parametrize(
@@ -907,16 +920,36 @@ def test_claude_code_names_the_newest_preset() -> None:
         ("claude-code 1.0.53", "claude-code@1.0"),
         ("claude-code 2.1.6", "claude-code@2.1.6"),
         ("claude-code 2.1.9", "claude-code@2.1.6"),
+        ("claude-code 2.1.10", "claude-code@2.1.88"),
         ("claude-code 2.1.29", "claude-code@2.1.88"),
-        ("", "claude-code"),
+        ("claude-code 2.1.91", "claude-code@2.1.88"),
+        ("claude-code 2.1.92", "claude-code@2.1.92"),
+        ("claude-code 2.1.143", "claude-code@2.1.92"),
+        ("claude-code 2.1.144", "claude-code@2.1.144"),
+        ("claude-code 2.1.199", "claude-code@2.1.144"),
+        ("claude-code 2.1.200", "claude-code@2.1.221"),
+        ("claude-code 2.1.237", "claude-code@2.1.221"),
+        ("claude-code 2.0.76", "claude-code@2.1.6"),
+        ("", "claude-code@latest"),
+        ("claude-code unknown", "claude-code@latest"),
     ],
 )
 def test_preset_for_a_recording_client(client: str, preset: str) -> None:
     assert preset_for(client) == preset
 
 
-def _changed(value: Any) -> Any:
+#: Parameters whose values are words or tri-states: a changed value of each.
+CHANGED: dict[str, Any] = {
+    "autocompact.pct_format": "fraction",
+    "window_1m": True,
+    "autocompact.threshold_fraction": 0.5,
+}
+
+
+def _changed(value: Any, key: str = "") -> Any:
     """A different value of the same shape, for every parameter type in BASE."""
+    if key in CHANGED:
+        return CHANGED[key] if value != CHANGED[key] else None
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
@@ -938,7 +971,7 @@ def _changed(value: Any) -> Any:
 @pytest.mark.parametrize("changed", [False, True])
 def test_every_preset_and_parameter_round_trips(name: str, changed: bool) -> None:
     defaults = policy.get(name).defaults
-    params = {k: _changed(v) for k, v in defaults.items()} if changed else {}
+    params = {k: _changed(v, k) for k, v in defaults.items()} if changed else {}
     p = policy.build(name, params)
     if changed:
         assert all(p.params[k] != v for k, v in defaults.items())

@@ -12,8 +12,9 @@ and is looked at:
   each row tests the trigger and the post-compaction model on their own.
 
 The acceptance bar (same request +/- 1, context after compaction within 15%) is what
-`test_acceptance` counts. The one miss, f67ab274's first compaction, restored 85.7k tokens
-that nothing in the transcript accounts for (policies/calibration/README.md).
+`test_acceptance` counts. Of the clients before 2.1.200 the one miss, f67ab274's first
+compaction, restored 85.7k tokens that nothing in the transcript accounts for
+(policies/calibration/README.md); the 2.1.226 rows are explained where they are listed.
 """
 
 from __future__ import annotations
@@ -31,9 +32,17 @@ from traces.load import load_all, units
 
 Row = tuple[str, int, int | None, int, int | None]
 
-#: (trace, recorded request, simulated request or None, recorded context after, simulated
-#: context after) per recorded auto-compaction, free-running.
+#: (session, recorded request, simulated request or None, recorded context after, simulated
+#: context after) per recorded auto-compaction, free-running. 390ab778 is the Opus 5 session
+#: of ../shared/traces/claude-code/flutter-docker (2.1.226, file aba9151e): its requests
+#: 0-92 were sent by another process of the same conversation (their session_id is
+#: 390ab778's, whose own file is 2.1.224), which let the context reach 204,665 without
+#: compacting; the preset compacts at 167k from request 67 on, so every later row shifts.
 FREE_RUNNING = [
+    ("390ab778", 93, None, 204665, None),
+    ("390ab778", 147, 133, 64513, 61908),
+    ("390ab778", 244, 235, 67181, 60864),
+    ("390ab778", 354, 345, 63889, 64347),
     ("ffc93f57", 163, 162, 62794, 62659),
     ("ffc93f57", 269, 269, 76113, 83220),
     ("0a725fb5", 158, 158, 30905, 32837),
@@ -43,8 +52,16 @@ FREE_RUNNING = [
     ("f67ab274", 140, 140, 102368, 40742),
     ("f67ab274", 223, None, 43421, None),
 ]
-#: The same, each compaction replayed from the recorded state.
+#: The same, each compaction replayed from the recorded state. The 390ab778 rows depend on
+#: the compiled context matching the recorded usage, which it does not yet (the builder's
+#: per-model prefix and unlogged edits, the reader's fork dedup are in progress): from the
+#: recorded state the compiled context is not the recorded one, so the preset's trigger
+#: (167,000, the client's preTokens 166,612-167,009) fires off the recorded request.
 ONE_AT_A_TIME = [
+    ("390ab778", 93, None, 204665, None),
+    ("390ab778", 147, 144, 64513, 59631),
+    ("390ab778", 244, 262, 67181, 61084),
+    ("390ab778", 354, None, 63889, None),
     ("ffc93f57", 163, 162, 62794, 62659),
     ("ffc93f57", 269, 269, 76113, 83220),
     ("0a725fb5", 158, 158, 30905, 32837),
@@ -54,9 +71,15 @@ ONE_AT_A_TIME = [
     ("f67ab274", 140, 140, 102368, 40742),
     ("f67ab274", 223, 222, 43421, 37860),
 ]
-#: The user's own /compact (da4409c0, request 128, logged by its command line) is
-#: replayed as an action, at its request, in both ways.
-MANUAL = [("da4409c0", 128)]
+#: The users' own /compact (logged by compact_boundary with trigger "manual", or, in
+#: 1.0.53, by its command line) are replayed as actions, at their requests, in both ways.
+MANUAL = [
+    ("da81b1d5", 39),
+    ("da81b1d5", 93),
+    ("5e12a303", 199),
+    ("5e12a303", 297),
+    ("da4409c0", 128),
+]
 
 
 def _row(name: str, session: Session, event: CompactionEvent, frame: pl.DataFrame) -> Row:
@@ -70,7 +93,7 @@ def _row(name: str, session: Session, event: CompactionEvent, frame: pl.DataFram
         row = frame.filter((pl.col("request") == sim) & (pl.col("kind") == "request"))
         after = int(row["context_tokens"][0])
     recorded = int(session.recorded_context()[event.request])
-    return (name[:8], event.request, sim, recorded, after)
+    return (session.id[:8], event.request, sim, recorded, after)
 
 
 def trigger_tables(shared: Path) -> tuple[list[Row], list[Row], list[tuple[str, int]]]:
@@ -86,7 +109,7 @@ def trigger_tables(shared: Path) -> tuple[list[Row], list[Row], list[tuple[str, 
             preset = preset_for(session.client)
             frame = replay([(item.name, trace)], policy.build(preset))
             stages = frame.filter(pl.col("kind") == "compaction").select("request", "stage")
-            manual += [(item.name[:8], k) for k, s in stages.rows() if s == "manual"]
+            manual += [(session.id[:8], k) for k, s in stages.rows() if s == "manual"]
             for event in session.events:
                 if event.trigger == "manual":
                     continue
@@ -116,6 +139,21 @@ def _meets(rows: list[Row]) -> tuple[int, int, int]:
 
 
 def test_acceptance(tables: tuple[list[Row], list[Row], list[tuple[str, int]]]) -> None:
+    """(rows, same request +/- 1, and context after within 15%). The bar is 90% and 75%:
+    the clients before 2.1.200 meet it (8, 8, 7 one at a time); the 2.1.226 rows do not
+    until the compiled context carries what the recorded usage shows (see ONE_AT_A_TIME)."""
     free, single, _ = tables
-    assert _meets(free) == (8, 7, 6)
-    assert _meets(single) == (8, 8, 7)
+    assert _meets(free) == (12, 7, 6)
+    assert _meets(single) == (12, 8, 7)
+    old = [r for r in single if r[0] != "390ab778"]
+    assert _meets(old) == (8, 8, 7)
+
+
+def test_as_recorded_flags_no_overflow_on_a_request_the_provider_accepted(shared: Path) -> None:
+    """Every recorded request of ../shared was accepted: none may be flagged (starcar's
+    Opus 4.8 sessions reach 619k; entirecontext's Opus 4.6 one 223k, on the 1M window)."""
+    items = list(load_all(units([shared / "claude-code"]), lenient=True))
+    frame = replay([(i.name, i.trace) for i in items], policy.build("as-recorded"))
+    requests = frame.filter(pl.col("kind") == "request")
+    assert requests.height > 10_000
+    assert requests["overflow"].sum() == 0

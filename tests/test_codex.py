@@ -55,10 +55,11 @@ def _col(s: Session, name: str) -> list[int]:
 def _assert_anchored(s: Session) -> None:
     """Every request with usage: prefix + anchored blocks sent == recorded context."""
     context = s.recorded_context()
+    prefix = s.prefix_at()  # per request: re-inferred per model and after a compaction
     for k in range(s.n_requests):
         if s.requests["has_usage"][k]:
             sent = int(s.blocks["tokens"][s.view_mask(k, as_recorded=True)].sum())
-            assert s.prefix_tokens + sent == int(context[k]), k
+            assert int(prefix[k]) + sent == int(context[k]), k
 
 
 # -- usage conversion -----------------------------------------------------------------------
@@ -232,6 +233,199 @@ def test_compaction_and_responses_without_token_count() -> None:
     _assert_anchored(s)
 
 
+def test_rollout_of_2026_clients() -> None:
+    """cli 0.118-0.147: metadata entries, joined lines, every tool-output shape, compactions."""
+    trace = _read(FIXTURES / "rollout_2026.jsonl")
+    (s,) = trace.sessions
+    assert s.client == "codex 0.142.5"
+    assert [_usage(s, k) for k in range(s.n_requests)] == [
+        RecordedUsage(1000, 0, 0, 0, 50),
+        RecordedUsage(400, 900, 0, 0, 30),
+        RecordedUsage(400, 1200, 0, 0, 20),
+        RecordedUsage(900, 100, 0, 0, 10),
+        RecordedUsage(1100, 0, 0, 0, 5),
+    ]
+    stats = trace.stats
+    # world_state and inter_agent_communication_metadata: counted, never blocks.
+    assert stats["entries_not_context"] == 2
+    # Line 15 holds a custom_tool_call and a metadata entry back to back: both are read.
+    assert stats["lines_joined"] == 1
+    assert stats["lines"] == 35
+    # The compaction's own token_count (zero last usage, totals unchanged) is a repeat.
+    assert stats["token_counts"] == 5 and stats["token_counts_repeated"] == 1
+    assert stats["compactions"] == 2
+    assert trace.skipped == {}
+    T, TH, TU, TR, S = Kind.TEXT, Kind.THINKING, Kind.TOOL_USE, Kind.TOOL_RESULT, Kind.SUMMARY
+    kinds = [T, T, T, TH, T, TU, TR, TU, TR, TU, TR, T, T, S, T, T, S, T, Kind.INJECTED, T]
+    assert _col(s, "kind") == kinds
+    assert _col(s, "first_request") == [0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4, 5]
+    assert _col(s, "link")[5:11] == [6, 5, 8, 7, 10, 9]
+    assert [s.tools[t] for t in s.blocks["tool"][5:11]] == [
+        "exec_command",
+        "exec_command",
+        "apply_patch",
+        "apply_patch",
+        "tool_search_call",
+        "tool_search_call",
+    ]
+    flags = _col(s, "flags")
+    assert flags[2] == Flag.HUMAN  # the developer and <environment_context> messages are not
+    # "Process exited with code 1" in the exec_command header: a failure.
+    assert flags[6] == Flag.PATH_READ | Flag.REGENERABLE | Flag.ERROR
+    # "Exit code: 0" in a list-shaped custom tool output: no failure; a write.
+    assert flags[8] == Flag.PATH_WRITE
+    assert flags[10] == Flag.REGENERABLE  # tool_search_output: the tools it loaded
+    assert all(f == Flag.ARTIFACT for f in flags[11:14]) and flags[15:17] == [Flag.ARTIFACT] * 2
+    assert flags[17] == Flag.HUMAN
+    # Request 4's context exceeds what the kept messages' text explains: the rest is the
+    # unlogged summary, an INJECTED artifact (as for Claude Code's compactions).
+    assert flags[18] == Flag.ARTIFACT and int(s.blocks["tokens"][18]) > 0
+    # The first compaction (inside the user's task, after its tool calls) replaces blocks
+    # 0-10 at request 3; its summary is the remote "compaction" item, sized 0 from its
+    # opaque handle. The second is a task of its own with no input: a manual /compact.
+    assert _col(s, "compacted_at") == [3] * 11 + [4] * 4 + [NEVER] * 5
+    assert int(s.blocks["tokens_raw"][13]) == 0
+    assert s.events == [
+        CompactionEvent(request=3, trigger="auto", pre_tokens=1600, summary_block=13, ts=_ms(72)),
+        CompactionEvent(request=4, trigger="manual", pre_tokens=1000, summary_block=16, ts=_ms(81)),
+    ]
+    _assert_anchored(s)
+
+
+def test_compaction_trigger_unknown_without_task_events() -> None:
+    """Before task_started existed (the 0.77 fixture) a compaction's trigger is unknown."""
+    (s,) = _read(FIXTURES / "compaction.jsonl").sessions
+    assert [e.trigger for e in s.events] == ["unknown"]
+
+
+@pytest.mark.parametrize(
+    ("line", "joined"),
+    [
+        (b'{"a":1}{"b":2}', [{"a": 1}, {"b": 2}]),
+        (b'{"a":1} {"b":[2]}  ', [{"a": 1}, {"b": [2]}]),
+        (b'{"a":1}', None),  # one entry: not a joined line
+        (b'{"a":1}{"b":', None),  # the second entry is cut off
+        (b'{"a":1}[2]', None),  # an entry is always an object
+        (b'{"a":1}\xff', None),
+    ],
+)
+def test_joined_entries(line: bytes, joined: list[dict[str, Any]] | None) -> None:
+    assert codex.joined_entries(line) == joined
+
+
+def test_unknown_entry_types_are_counted_not_refused() -> None:
+    """A new metadata entry type is skipped and counted, in strict mode too."""
+    meta = b'{"timestamp":"2025-01-02T03:04:00Z","type":"mystery_state","payload":{"x":1}}'
+    data = b"\n".join([GOOD_META, meta, GOOD_USER, meta, GOOD_TC, GOOD_REPLY]) + b"\n"
+    trace = _read_bytes(data)
+    assert trace.stats["entries_not_context"] == 2
+    assert trace.skipped == {}
+    (s,) = trace.sessions
+    assert s.n_requests == 1 and _usage(s, 0) == RecordedUsage(9, 0, 0, 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("output", "failed"),
+    [
+        ("Chunk ID: x\nWall time: 1 seconds\nProcess exited with code 2\nOutput:\nboom", True),
+        ("Chunk ID: x\nProcess exited with code 0\nOutput:\nfine", False),
+        ("Exit code: 1\nWall time: 0 seconds\nOutput:\nbad", True),
+        ("Output:\nProcess exited with code 3", False),  # printed by the command: not a header
+        ([{"type": "input_text", "text": "Exit code: 4\nOutput:\n"}], True),
+        ("plain text", False),
+    ],
+)
+def test_tool_output_failure_from_header(output: Any, failed: bool) -> None:
+    call = {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "k"}
+    result = {"type": "function_call_output", "call_id": "k", "output": output}
+    lines = [GOOD_META, GOOD_USER]
+    for payload in (call, result):
+        lines.append(
+            json.dumps(
+                {"timestamp": "2025-01-02T03:04:02Z", "type": "response_item", "payload": payload}
+            ).encode()
+        )
+    (s,) = _read_bytes(b"\n".join(lines) + b"\n").sessions
+    (i,) = np.nonzero(s.blocks["kind"] == Kind.TOOL_RESULT)[0]
+    assert bool(int(s.blocks["flags"][i]) & Flag.ERROR) == failed
+
+
+def _line(second: int, kind: str, payload: dict[str, Any]) -> bytes:
+    ts = f"2025-01-02T03:04:{second:02d}.000Z"
+    return json.dumps({"timestamp": ts, "type": kind, "payload": payload}).encode()
+
+
+def _tc(second: int, total: int, last: tuple[int, int, int]) -> bytes:
+    usage = {"input_tokens": last[0], "cached_input_tokens": last[1], "output_tokens": last[2]}
+    info = {"total_token_usage": {"total_tokens": total}, "last_token_usage": usage}
+    return _line(second, "event_msg", {"type": "token_count", "info": info})
+
+
+def _user(second: int, text: str) -> bytes:
+    content = [{"type": "input_text", "text": text}]
+    return _line(second, "response_item", {"type": "message", "role": "user", "content": content})
+
+
+def test_tool_outputs_written_before_their_token_count() -> None:
+    """0.14x: a response's calls, their outputs, then its token_count: still one request."""
+    call = {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "a"}
+    out = {"type": "function_call_output", "call_id": "a", "output": "done"}
+    reply = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "ok"}],
+    }
+    lines = [
+        GOOD_META,
+        _user(1, "go"),
+        _line(2, "response_item", call),
+        _line(3, "response_item", out),
+        _tc(4, 110, (100, 0, 10)),
+        _line(5, "response_item", reply),
+        _tc(6, 250, (130, 100, 10)),
+    ]
+    trace = _read_bytes(b"\n".join(lines) + b"\n")
+    (s,) = trace.sessions
+    assert [_usage(s, k) for k in range(2)] == [
+        RecordedUsage(100, 0, 0, 0, 10),
+        RecordedUsage(30, 100, 0, 0, 10),
+    ]
+    assert trace.stats["requests_without_usage"] == 0
+    assert _col(s, "kind") == [Kind.TEXT, Kind.TOOL_USE, Kind.TOOL_RESULT, Kind.TEXT]
+    assert _col(s, "first_request") == [0, 1, 1, 2]
+    assert _col(s, "link") == [-1, 2, 1, -1]
+
+
+def test_web_search_results_count_in_their_request_only() -> None:
+    """A hosted web search's results: in the request that ran it, gone from the next."""
+    search = {"type": "web_search_call", "status": "completed", "action": {"type": "search"}}
+    reply = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "ok"}],
+    }
+    lines = [
+        GOOD_META,
+        _user(1, "look it up"),
+        _line(2, "response_item", reply),
+        _tc(3, 1005, (1000, 0, 5)),
+        _user(4, "more"),
+        _line(5, "response_item", search),
+        _line(6, "response_item", reply),
+        _tc(7, 5010, (4000, 1000, 5)),  # +3,000: the results
+        _user(8, "thanks"),
+        _line(9, "response_item", reply),
+        _tc(10, 6215, (1200, 1100, 5)),  # back down: the results are not resent
+    ]
+    trace = _read_bytes(b"\n".join(lines) + b"\n")
+    (s,) = trace.sessions
+    assert trace.stats["web_search_results"] == 1
+    (i,) = np.nonzero(s.blocks["kind"] == Kind.INJECTED)[0]
+    assert (int(s.blocks["first_request"][i]), int(s.blocks["hidden_from"][i])) == (1, 2)
+    _assert_anchored(s)  # request 2 falls back by the results' share: explained, not a shrink
+    assert trace.stats["unexplained_shrinks"] == 0
+
+
 def test_reading_is_deterministic() -> None:
     a = _read(FIXTURES / "old_order.jsonl")
     b = _read(FIXTURES / "old_order.jsonl")
@@ -311,7 +505,6 @@ GOOD_REPLY = (
         (b"[1, 2, 3]", "wrong-type"),
         (b'{"timestamp":"2025-01-02T03:04:00Z","payload":{}}', "missing-field"),
         (b'{"timestamp":"2025-01-02T03:04:00Z","type":7,"payload":{}}', "wrong-type"),
-        (b'{"timestamp":"2025-01-02T03:04:00Z","type":"mystery","payload":{}}', "unknown-type"),
         (b'{"timestamp":"2025-01-02T03:04:00Z","type":"response_item","payload":[]}', "wrong-type"),
         (b'{"type":"response_item","payload":{"type":"reasoning"}}', "missing-field"),
         (b'{"timestamp":"soon","type":"turn_context","payload":{}}', "wrong-type"),
@@ -366,7 +559,7 @@ def test_bad_line_strict_names_file_and_line(bad: bytes, category: str) -> None:
     assert "dir/some-rollout.jsonl:3" in str(err.value)
 
 
-@pytest.mark.parametrize("bad", [b"{not json", b'{"type":"mystery","payload":{}}', b"[]"])
+@pytest.mark.parametrize("bad", [b"{not json", b'{"type":"response_item","payload":{}}', b"[]"])
 def test_bad_line_lenient_skips_and_counts(bad: bytes) -> None:
     data = b"\n".join([GOOD_META, GOOD_USER, bad, bad, GOOD_TC, GOOD_REPLY]) + b"\n"
     trace = _read_bytes(data, "dir/some-rollout.jsonl", lenient=True)
@@ -409,12 +602,14 @@ def test_whole_binary_file_never_raises_anything_but_trace_error() -> None:
 CONTENT_KEYS = {"text", "arguments", "input", "output", "cwd", "message", "encrypted_content"}
 
 
-@pytest.mark.parametrize("name", ["old_order.jsonl", "new_order.jsonl", "compaction.jsonl"])
+@pytest.mark.parametrize(
+    "name", ["old_order.jsonl", "new_order.jsonl", "compaction.jsonl", "rollout_2026.jsonl"]
+)
 def test_no_content_reaches_the_trace(name: str) -> None:
     path = FIXTURES / name
     words: set[str] = set()
-    for line in path.read_text().splitlines():
-        content_words(json.loads(line), CONTENT_KEYS, words, quotes="\"'")
+    for entry in _raw_entries(path):
+        content_words(entry, CONTENT_KEYS, words, quotes="\"'")
     assert len(words) > 10
     strings = trace_strings(_read(path))
     leaks = [w for w in words for s in strings if w in s]
@@ -428,14 +623,31 @@ def _real_files() -> list[Path]:
     return sorted((SHARED / "codex").rglob("*.jsonl")) if SHARED.is_dir() else []
 
 
+#: Every item type that returns a tool's output (0.118+ adds the freeform-tool and the
+#: tool-search outputs to the function outputs of 0.4x).
+TOOL_OUTPUTS = {"function_call_output", "custom_tool_call_output", "tool_search_output"}
+
+
+def _raw_entries(path: Path) -> list[dict[str, Any]]:
+    """Every entry of a rollout, stdlib only; a line can hold two entries back to back."""
+    decoder = json.JSONDecoder()
+    entries = []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        i = 0
+        raw = raw.strip()
+        while i < len(raw):
+            entry, i = decoder.raw_decode(raw, i)
+            entries.append(entry)
+    return entries
+
+
 def _independent_usage(path: Path) -> tuple[int, int, int, int, int]:
     """(requests, input incl. cached, cached, output, calls) from the raw lines, stdlib only."""
     requests = input_tokens = cached = output = calls = 0
     previous = None
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        line = json.loads(raw)
+    for line in _raw_entries(path):
         payload = line["payload"]
-        if line["type"] == "response_item" and payload.get("type") == "function_call_output":
+        if line["type"] == "response_item" and payload.get("type") in TOOL_OUTPUTS:
             calls += 1
         if line["type"] != "event_msg" or payload.get("type") != "token_count":
             continue

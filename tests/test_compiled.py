@@ -78,6 +78,7 @@ def _session(n_blocks: int, n_requests: int, *, seed: int = 0, sid: str = "s") -
         "cache_write_1h": np.zeros(n_requests, dtype=np.int64),
         "output": rng.integers(0, 4_000, n_requests),
         "output_recorded": rng.integers(0, 4_000, n_requests),
+        "prefix": rng.choice([-1, 14_000, 42_000], n_requests).astype(np.int64),
     }
     return Session(
         id=sid,
@@ -207,7 +208,7 @@ def test_archive_layout() -> None:
     meta = orjson.loads(raw)
     assert orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) == raw
     assert meta["format"] == "ctxsim compiled trace"
-    assert meta["version"] == compiled.FORMAT_VERSION == 3
+    assert meta["version"] == compiled.FORMAT_VERSION == 4
     assert meta["trace_format"] == "claude-code"
     assert [s["n_blocks"] for s in meta["sessions"]] == [40, 0, 12]
     for entry in ("blocks.parquet", "requests.parquet"):
@@ -462,11 +463,14 @@ def test_a_version_2_file_reads_with_unknown_file_sizes() -> None:
     meta = _meta(data)
     meta["version"] = 2
     table = _blocks_table(data).drop_columns(["file_tokens"])
+    raw = zipfile.ZipFile(io.BytesIO(data)).read("requests.parquet")
+    requests = pq.read_table(pa.BufferReader(raw)).drop_columns(["prefix"])
     old = _rezip(
         data,
         {
             "meta.json": orjson.dumps(meta, option=orjson.OPT_SORT_KEYS),
             "blocks.parquet": _parquet(table),
+            "requests.parquet": _parquet(requests),
         },
     )
     back = compiled.from_bytes(old, "x.ctxt")
@@ -475,10 +479,40 @@ def test_a_version_2_file_reads_with_unknown_file_sizes() -> None:
         for name in BLOCK_COLUMNS:
             if name != "file_tokens":
                 assert np.array_equal(after.blocks[name], before.blocks[name])
-    # A version 3 file without the column is damaged, not old.
+    # A current file without the column is damaged, not old.
     with pytest.raises(TraceError) as info:
         compiled.from_bytes(_rezip(data, {"blocks.parquet": _parquet(table)}), "x.ctxt")
     assert "missing column 'file_tokens'" in info.value.message
+
+
+def test_a_version_3_file_reads_with_the_session_prefix() -> None:
+    """Version 3 had one prefix per session: its requests read with `prefix` -1, which
+    `prefix_at` resolves to the session's `prefix_tokens`."""
+    trace = _sample()
+    data = compiled.to_bytes(trace)
+    meta = _meta(data)
+    meta["version"] = 3
+    raw = zipfile.ZipFile(io.BytesIO(data)).read("requests.parquet")
+    table = pq.read_table(pa.BufferReader(raw)).drop_columns(["prefix"])
+    old = _rezip(
+        data,
+        {
+            "meta.json": orjson.dumps(meta, option=orjson.OPT_SORT_KEYS),
+            "requests.parquet": _parquet(table),
+        },
+    )
+    back = compiled.from_bytes(old, "x.ctxt")
+    for before, after in zip(trace.sessions, back.sessions, strict=True):
+        assert (after.requests["prefix"] == -1).all()
+        assert (after.prefix_at() == before.prefix_tokens).all()
+        for name in REQUEST_COLUMNS:
+            if name != "prefix":
+                assert np.array_equal(after.requests[name], before.requests[name])
+    assert not np.array_equal(back.sessions[0].prefix_at(), trace.sessions[0].prefix_at())
+    # A version 4 file without the column is damaged, not old.
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(_rezip(data, {"requests.parquet": _parquet(table)}), "x.ctxt")
+    assert "missing column 'prefix'" in info.value.message
 
 
 def test_nulls_are_refused() -> None:

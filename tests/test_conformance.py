@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from conftest import Named, source_folders, stable_pick
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -74,21 +76,28 @@ def _check(trace: Trace, name: str) -> pl.DataFrame:
 
 
 def _tool_pairs_kept(s: Session, ids: list[int], k: int, name: str, kind: str) -> None:
+    """Every result sent has its call sent, and every call sent whose result exists by k has
+    its result sent (unless the result was rewound away)."""
     b = s.blocks
-    present = set(ids)
-    link = b["link"]
-    kinds = b["kind"]
-    for block in ids:
-        other = int(link[block])
-        if other < 0:
-            continue
-        if kinds[block] == Kind.TOOL_RESULT:
-            assert other in present, f"{name}: request {k} ({kind}) sends a result without its call"
-        elif kinds[block] == Kind.TOOL_USE and b["first_request"][other] <= k:
-            hidden = b["hidden_from"][other] <= k
-            assert other in present or hidden, (
-                f"{name}: request {k} ({kind}) sends a call without its result"
-            )
+    sent = np.asarray(ids, dtype=np.int64)
+    if not len(sent):
+        return
+    other = b["link"][sent].astype(np.int64)
+    linked = other >= 0
+    present = np.zeros(len(b), dtype=bool)
+    present[sent] = True
+    kinds = b["kind"][sent]
+    results = linked & (kinds == Kind.TOOL_RESULT)
+    assert present[other[results]].all(), (
+        f"{name}: request {k} ({kind}) sends a result without its call"
+    )
+    calls = linked & (kinds == Kind.TOOL_USE)
+    partner = other[calls]
+    due = b["first_request"][partner] <= k
+    hidden = b["hidden_from"][partner] <= k
+    assert (present[partner] | hidden | ~due).all(), (
+        f"{name}: request {k} ({kind}) sends a call without its result"
+    )
 
 
 def _compactions_shrink(frame: pl.DataFrame, trace: Trace, name: str) -> None:
@@ -122,10 +131,45 @@ def test_policy_conforms_on_the_samples(name: str, samples: list[tuple[str, Trac
         _check(trace, name)
 
 
+def _conformance_sample(named: list[tuple[str, Trace]], salt: str) -> list[Trace]:
+    """What the invariants need of one source folder: its longest trace (the largest
+    contexts, so overflows and compactions), up to two with a recorded compaction (artifacts,
+    recorded events), and one picked by a keyed hash (an ordinary session). The invariants
+    hold per call, so a sample of each source's shapes checks them; replaying all 400+
+    shared traces three times under each of 20 policies took eight minutes."""
+
+    def size(t: Trace) -> int:
+        return sum(s.n_requests for s in t.sessions)
+
+    by_name = dict(named)
+    longest = sorted(by_name, key=lambda n: (-size(by_name[n]), n))[:1]
+    compacted = [
+        n
+        for n in sorted(by_name, key=lambda n: (-size(by_name[n]), n))
+        if any(s.events for s in by_name[n].sessions)
+    ][:2]
+    picked = stable_pick(sorted(by_name), 1, salt)
+    return [by_name[n] for n in dict.fromkeys([*longest, *compacted, *picked])]
+
+
 @pytest.fixture(scope="module")
-def shared_traces(shared: Path) -> list[Trace]:
-    """Every trace in ../shared/traces: Claude Code, Codex and SWE-agent."""
-    return [item.trace for item in load_all(units([shared]), lenient=True)]
+def shared_traces(shared: Path, shared_corpus: Callable[[str], Named]) -> list[Trace]:
+    """A sample of every source folder of ../shared/traces: Claude Code, Codex, SWE-agent."""
+    return [
+        trace
+        for folder in source_folders(shared)
+        for trace in _conformance_sample(shared_corpus(folder), folder)
+    ]
+
+
+def test_the_shared_sample_covers_every_source_and_a_large_context(
+    shared: Path, shared_traces: list[Trace]
+) -> None:
+    assert len(shared_traces) >= len(source_folders(shared))
+    assert {"claude-code", "codex", "swe-agent"} <= {t.format for t in shared_traces}
+    contexts = [int(s.recorded_context().max(initial=0)) for t in shared_traces for s in t.sessions]
+    assert max(contexts) > 200_000  # a 1M-window session is in the sample
+    assert any(s.events for t in shared_traces for s in t.sessions)
 
 
 @pytest.mark.parametrize("name", POLICIES)

@@ -16,11 +16,12 @@ Model: Sonnet 4.5 (200,000-token window, 1,024-token cache minimum).
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
 import pytest
+from conftest import Named
 from scripted import Script, compactions, contexts, row
 from scripted import usage as row_usage
 
@@ -30,7 +31,6 @@ from simulator import policy
 from simulator.model import Trace
 from simulator.policy import PolicyError
 from simulator.replay import replay
-from traces.load import load_all, units
 
 PEERS = ["aider", "goose", "anthropic-context-editing", "anthropic-server-compaction"]
 
@@ -282,10 +282,8 @@ def test_replays_are_deterministic_with_drawn_summaries(name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def claude_code_traces(shared: Path) -> list[tuple[str, Trace]]:
-    return [
-        (item.name, item.trace) for item in load_all(units([shared / "claude-code"]), lenient=True)
-    ]
+def claude_code_traces(shared_corpus: Callable[[str], Named]) -> list[tuple[str, Trace]]:
+    return shared_corpus("claude-code")
 
 
 @pytest.mark.parametrize("name", PEERS)

@@ -19,18 +19,19 @@ Summaries are fixed with `summary_tokens` = 3,000 unless a test is about the dra
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
 import pytest
+from conftest import Named
 from scripted import Script, compactions, contexts, row, usage
 
 from policies.conversation import CLEARED_TOKENS
+from policies.peers.codex import preset_for
 from simulator import policy
-from simulator.model import Trace
+from simulator.model import Kind, Role
 from simulator.replay import ReplayOptions, replay
-from traces.load import load_all, units
 
 PREFIX = 10_000
 SUMMARY = 3_000
@@ -165,6 +166,51 @@ def test_codex_keeps_recent_user_messages_up_to_20000_tokens(truncate: bool, aft
     frame = run(_turns([8_000, 8_000, 8_000]), "codex", params)
     assert compactions(frame) == [(6, "compact")]
     assert contexts(frame)[6] == after
+
+
+@pytest.mark.parametrize(("before_human", "after"), [(True, 17_080), (False, 15_080)])
+def test_codex_initial_context_before_the_first_human_message(
+    before_human: bool, after: int
+) -> None:
+    """A 2,000-token developer message and a 1,000-token environment message precede the
+    1,000-token human one: request k holds 14,000 + 10,100 k, over 50,000 at k = 4. Kept
+    with `initial_context_before_human`: prefix + 2,000 + 1,000 + the human message 1,000
+    + summary 3,080 = 17,080; without it the initial context is the first user message
+    (the environment one): 10,000 + 1,000 + 1,000 + 3,080 = 15,080."""
+    s = read_script()
+    s._add(Kind.TEXT, Role.SYSTEM, 2_000)
+    s._add(Kind.TEXT, Role.USER, 1_000)
+    s.user(1_000)
+    s.request()
+    s.rounds(5, 10_000)
+    params = {
+        "summary_tokens": SUMMARY,
+        "model_auto_compact_token_limit": 50_000,
+        "initial_context_before_human": before_human,
+    }
+    frame = run(s, "codex", params)
+    assert compactions(frame) == [(4, "compact")]
+    assert contexts(frame)[4] == after
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("0.42.0-alpha.3", (350_000, 1.0, False)),
+        ("0.46.9", (350_000, 1.0, False)),
+        ("0.47.0", (None, 0.88, True)),
+        ("0.126.0-alpha.8", (None, 0.88, True)),
+        ("0.142.5", (None, 0.88, True)),
+        ("", (None, 0.88, True)),  # unknown: the newest preset
+    ],
+)
+def test_codex_presets_by_cli_version(version: str, expected: tuple[Any, float, bool]) -> None:
+    params = policy.build("codex", preset_for(version)).params
+    assert (
+        params["model_auto_compact_token_limit"],
+        params["window_fraction"],
+        params["initial_context_before_human"],
+    ) == expected
 
 
 def test_codex_drops_the_oldest_groups_when_the_compaction_request_overflows() -> None:
@@ -444,15 +490,11 @@ def test_drawn_summaries_are_deterministic(name: str) -> None:
     assert other.filter(pl.col("kind") == "compaction")["output"].to_list() != outputs
 
 
-def _shared_claude_code(shared: Path) -> list[tuple[str, Trace]]:
-    return [
-        (item.name, item.trace) for item in load_all(units([shared / "claude-code"]), lenient=True)
-    ]
-
-
 @pytest.mark.parametrize("name", POLICIES)
-def test_every_shared_claude_code_session_replays(shared: Path, name: str) -> None:
-    traces = _shared_claude_code(shared)
+def test_every_shared_claude_code_session_replays(
+    shared_corpus: Callable[[str], Named], name: str
+) -> None:
+    traces = shared_corpus("claude-code")
     frame = replay(traces, policy.build(name))
     assert frame.height > 0
     numbers = [

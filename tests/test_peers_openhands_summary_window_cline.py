@@ -17,12 +17,12 @@ Model: Sonnet 4.5 (200,000-token window, 1,024-token cache minimum).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import polars as pl
 import pytest
+from conftest import Named
 from scripted import compactions, contexts, row
 
 from policies.peers.cline import max_allowed
@@ -31,7 +31,6 @@ from simulator.model import Kind, Role, Trace
 from simulator.policy import PolicyError
 from simulator.replay import replay
 from traces.builder import Hasher, SessionBuilder
-from traces.load import load_all, units
 
 SONNET = "claude-sonnet-4-5-20250929"
 T0 = 1_760_000_000_000
@@ -328,9 +327,8 @@ def test_cline_quarter_rules(
 
 
 @pytest.fixture(scope="module")
-def claude_traces(shared: Path) -> list[tuple[str, Trace]]:
-    found = units([shared / "claude-code"])
-    return [(item.name, item.trace) for item in load_all(found, lenient=True)]
+def claude_traces(shared_corpus: Callable[[str], Named]) -> list[tuple[str, Trace]]:
+    return shared_corpus("claude-code")
 
 
 @pytest.mark.parametrize("name", PEERS)

@@ -28,15 +28,49 @@ def test_list_names_every_registered_policy() -> None:
     assert len(listed) >= 19
 
 
-def test_show_gives_defaults_and_their_source() -> None:
+def _table(out: str) -> dict[str, dict[str, str]]:
+    """`policies show`'s table by row name and column, cut at the header's column starts."""
+    header, *rows = out.splitlines()[1:]
+    names = header.split()
+    starts = [header.index(f" {n} ") + 1 if n != "name" else 2 for n in names[:-1]]
+    starts.append(header.index(" source") + 1)
+    table = {}
+    for row in rows:
+        cells = [row[a:b].strip() for a, b in zip(starts, [*starts[1:], len(row)], strict=True)]
+        table[cells[0]] = dict(zip(names, cells, strict=True))
+    return table
+
+
+def test_show_gives_a_table_of_type_unit_default_meaning_and_source() -> None:
     code, out = _run("policies", "show", "claude-code@2.1.6")
     assert code == 0
-    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:]}
-    assert lines["autocompact.reserve_cap_tokens"] == ["null", "claude-code@2.1.6"]
-    assert lines["autocompact.buffer_tokens"][0] == "13000"
+    assert out.splitlines()[0] == "claude-code@2.1.6 2.1.6"
+    table = _table(out)
+    cap = table["autocompact.reserve_cap_tokens"]
+    assert (cap["type"], cap["unit"], cap["default"]) == ("int | None", "tokens", "null")
+    assert cap["source"] == "preset claude-code@2.1.6"
+    assert cap["meaning"].startswith("reserve = min(max output, this cap)")
+    buffer = table["autocompact.buffer_tokens"]
+    assert (buffer["type"], buffer["default"]) == ("int", "13000")
+    assert "DESIGN.md 4" in buffer["source"]  # the fact it models, not a class name
+    assert table["snip.enabled"]["type"] == "bool"
+    assert table["cache.ttl"]["default"] == '"5m"'
+    assert len(table) == len(registry.get("claude-code@2.1.6").defaults)
     code, out = _run("policies", "show", str(VARIANT))
     assert code == 0 and "extends claude-code@2.1.88" in out
-    assert "variant cc-buffer-8k.toml" in out
+    row = _table(out)["autocompact.buffer_tokens"]
+    assert (row["default"], row["source"]) == ("8000", "variant cc-buffer-8k.toml")
+
+
+def test_show_names_a_source_for_every_parameter_of_every_policy() -> None:
+    for name in registry.names():
+        code, out = _run("policies", "show", name)
+        assert code == 0, name
+        table = _table(out)
+        assert set(table) == set(registry.get(name).defaults), name
+        for key, row in table.items():
+            assert row["meaning"] and row["source"] and row["type"] != "?", (name, key)
+            assert "ClaudeCode" not in row["source"] and "policies." not in row["source"]
 
 
 def test_show_unknown_policy_exits_2_with_a_hint() -> None:

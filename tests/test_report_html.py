@@ -48,6 +48,7 @@ def test_report_writes_a_self_contained_reproducible_page(run_dir: Path, tmp_pat
         "requests.parquet",
         "sessions.parquet",
         "manifest.json",
+        "charts/index.txt",
         "report.html",
         *(f"charts/{name}.png" for name in RUN_CHARTS),
         "charts/sessions/a.0.png",
@@ -73,13 +74,36 @@ def test_report_writes_a_self_contained_reproducible_page(run_dir: Path, tmp_pat
 
 
 def test_session_charts_option_and_stale_charts(run_dir: Path) -> None:
-    old = run_dir / "charts" / "sessions" / "gone.0.png"
-    old.parent.mkdir(parents=True)
-    old.write_bytes(b"old")
+    result = ctxsim("report", run_dir, "--session-charts", "2")
+    assert result.exit_code == 0, result.output
+    written = sorted(p.name for p in (run_dir / "charts" / "sessions").iterdir())
+    assert len(written) == 2
+    mine = run_dir / "charts" / "sessions" / "mine.png"  # not written by ctxsim
+    mine.write_bytes(b"a picture of the user's")
     result = ctxsim("report", run_dir, "--session-charts", "1")
     assert result.exit_code == 0, result.output
-    assert not old.exists()
-    assert sorted(p.name for p in (run_dir / "charts" / "sessions").iterdir()) == ["a.0.png"]
+    # the chart the earlier report wrote and this one does not is gone; the user's stays
+    assert sorted(p.name for p in (run_dir / "charts" / "sessions").iterdir()) == [
+        "a.0.png",
+        "mine.png",
+    ]
+    index = (run_dir / "charts" / "index.txt").read_text().splitlines()
+    assert "charts/sessions/a.0.png" in index and "charts/sessions/mine.png" not in index
+
+
+def test_a_linked_charts_directory_is_refused_and_nothing_outside_is_touched(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "holiday.png").write_bytes(b"png")
+    (photos / "index.txt").write_text("charts/holiday.png\n")
+    (run_dir / "charts").symlink_to(photos)
+    result = ctxsim("report", run_dir)
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and "symbolic link" in result.output
+    assert len(result.output.splitlines()) == 1
+    assert sorted(p.name for p in photos.iterdir()) == ["holiday.png", "index.txt"]
 
 
 def test_report_on_something_that_is_not_a_run_exits_2(tmp_path: Path) -> None:
@@ -111,6 +135,8 @@ def test_run_writes_the_report_and_prints_a_summary(
         "trips",
         "cost",
         "$",
+        "recorded",
+        "$",
         "cache",
         "hit",
         "human",
@@ -121,8 +147,10 @@ def test_run_writes_the_report_and_prints_a_summary(
     ]
     toy = next(line for line in lines if line.startswith("toy "))
     assert toy.split()[2:6] == ["8", "2", "1", "1"]
-    assert lines[-1].startswith("wrote requests.parquet, sessions.parquet, manifest.json, ")
-    assert "report.html and 6 chart(s)" in lines[-1]
+    wrote = next(line for line in lines if line.startswith("wrote "))
+    assert wrote.startswith("wrote requests.parquet, sessions.parquet, manifest.json, ")
+    assert "report.html and 6 chart(s)" in wrote
+    assert lines[-1].startswith("input: 2 trace(s); skipped 0 line(s)")
 
     bare = tmp_path / "bare"
     result = ctxsim("run", src, "--policy", "as-recorded", "--no-report", "--out", bare)

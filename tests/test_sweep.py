@@ -230,7 +230,10 @@ def test_process_pools_of_one_and_two_workers_write_the_serial_bytes(
         assert result.computed == len(cells)
         runs[name] = digests(tmp_path / name)
         if executor == "process":
-            assert len(result.peak_rss) == workers  # one figure per worker process
+            # One figure per worker process that ran a cell. The pool starts `workers`
+            # processes, but one of them may take every cell before the other is up, so the
+            # count of processes that report is between 1 and `workers`, never more.
+            assert 1 <= len(result.peak_rss) <= workers
             assert os.getpid() not in result.peak_rss
             assert all(peak > 10 * 2**20 for peak in result.peak_rss.values())
     assert runs["serial"] == runs["p1"] == runs["p2"]

@@ -159,3 +159,35 @@ def test_no_traces() -> None:
     assert df.height == 0 and "cost_total" in df.columns
     assert "TOTAL" in render_table(df)
     assert json.loads(to_json(df)) == []
+
+
+def test_recorded_compaction_call_and_logged_output_are_counted() -> None:
+    """An acompact call attached to its event counts once in the tokens and dollars, priced
+    on the model of the request before it; the logged output is shown beside the priced one."""
+    s = session(
+        "main-0002",
+        "main",
+        -1,
+        [HAIKU, SONNET],
+        [
+            (1_000, 0, True, 10, 0, 1_000, 0, 500),  # haiku: 10 + 1,250 + 2,500 = $0.00376
+            (2_000, 1, True, 20, 1_000, 100, 0, 1_000),  # sonnet
+            (3_000, 0, True, 30, 2_000, 0, 0, 100),  # haiku: after the compaction
+        ],
+    )
+    s.requests.data["output_recorded"] = np.array([500, 40, 100])  # request 1: a snapshot
+    s.events = [
+        CompactionEvent(2, "auto", 1_120, -1, 2_500, call_usage=(900, 30_000, 1_000, 0, 2_000))
+    ]
+    (row,) = session_stats([("t", Trace("claude-code", "d", [s]))], PriceBook()).to_dicts()
+    assert (row["requests"], row["compactions"], row["compaction_calls"]) == (3, 1, 1)
+    assert (row["input"], row["cache_read"], row["cache_write_5m"]) == (960, 33_000, 2_100)
+    assert (row["output"], row["output_recorded"]) == (3_600, 2_640)
+    # the call on sonnet (request 1's model): 900*3 + 30,000*0.3 + 1,000*3.75 + 2,000*15
+    call = (2_700 + 9_000 + 3_750 + 30_000) / 1e6
+    haiku = (10 * 1 + 1_000 * 1.25 + 500 * 5 + 30 * 1 + 2_000 * 0.1 + 100 * 5) / 1e6
+    sonnet = (20 * 3 + 1_000 * 0.3 + 100 * 3.75 + 1_000 * 15) / 1e6
+    assert row["cost_total"] == pytest.approx(call + haiku + sonnet)
+    assert "out logged" in render_table(
+        session_stats([("t", Trace("claude-code", "d", [s]))], PriceBook())
+    )

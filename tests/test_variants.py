@@ -56,8 +56,26 @@ def test_unknown_policy_names_get_a_hint() -> None:
 
 def test_default_sources_name_the_preset_that_set_them() -> None:
     sources = default_sources("claude-code@2.1.6")
-    assert sources["autocompact.reserve_cap_tokens"] == (None, "claude-code@2.1.6")
-    assert sources["cache.ttl"] == ("5m", "claude-code@2.1.6")
+    assert sources["autocompact.reserve_cap_tokens"] == (None, "preset claude-code@2.1.6")
+    assert sources["cache.ttl"] == ("5m", "preset claude-code@2.1.6")
     value, source = sources["autocompact.buffer_tokens"]
-    assert value == 13_000 and source.endswith("ClaudeCode")
+    declared = registry.get("claude-code").declared["autocompact.buffer_tokens"]
+    assert value == 13_000 and source == declared.source  # the fact, not the class
     assert default_sources("claude-code@2.1.88")["autocompact.reserve_cap_tokens"][0] == 20_000
+    assert default_sources("swe-agent")["keep_observations"] == (5, "preset swe-agent")
+    assert default_sources("masking")["keep_observations"][1].startswith("SWE-agent paper runs")
+
+
+def test_a_bad_value_in_a_variant_file_names_the_file_key_and_value(tmp_path: Path) -> None:
+    path = tmp_path / "bad-value.toml"
+    path.write_text('extends = "claude-code"\n[params]\n"snip.enabled" = "false"\n')
+    assert build_variant(load_variant(path)).params["snip.enabled"] is False  # the word
+    path.write_text('extends = "claude-code"\n[params]\n"snip.enabled" = "no"\n')
+    with pytest.raises(
+        PolicyError, match=re.escape("bad-value.toml: policy 'claude-code': snip.enabled=\"no\"")
+    ):
+        build_variant(load_variant(path))
+    # A bad command-line value over a good file is not blamed on the file.
+    with pytest.raises(PolicyError) as info:
+        build_variant(load_variant(EXAMPLE), {"autocompact.buffer_tokens": "abc"})
+    assert not str(info.value).startswith("cc-buffer-8k.toml")

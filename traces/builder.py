@@ -9,8 +9,11 @@ context at k receive, between them, exactly the recorded growth over what the pr
 request held (after removing what left the context: rewinds and the recording's own
 compactions), split in proportion to their raw tiktoken estimates with largest-remainder
 rounding. Growth with no block to carry it (re-injected attachments, reminders the
-transcript does not log) becomes an INJECTED block. A shrink that no logged event explains
-cannot be carried by non-negative counts: it is counted in `Session`-level stats instead.
+transcript does not log) becomes an INJECTED block. The system + tools prefix is per
+request (per model, re-inferred after a recorded compaction), and a shrink that nothing
+logged explains is an explicit unlogged edit of the oldest content the client could have
+dropped (`_Anchoring` states each rule and its evidence), so the as-recorded view of every
+request with usage is its recorded context.
 """
 
 from __future__ import annotations
@@ -74,10 +77,69 @@ class RecordedUsage:
     cache_write_5m: int
     cache_write_1h: int
     output: int
+    #: The inference passes of a call the server ran more than once (a server tool, e.g.
+    #: the advisor), whose sums are the figures above; empty for an ordinary call.
+    iterations: tuple[RecordedUsage, ...] = ()
 
     @property
     def context(self) -> int:
         return self.input + self.cache_read + self.cache_write_5m + self.cache_write_1h
+
+
+def _count(value: Any) -> int | None:
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def usage_iterations(usage: Any) -> tuple[RecordedUsage, ...]:
+    """The inference passes of an Anthropic usage object (`usage.iterations`, entries of
+    type "message"), when there are at least two and they sum to the call's figures.
+
+    With a server tool (the advisor) the API runs the model, the tool, and the model again
+    on the longer context, and reports the sum: read as one request it looks like a context
+    twice the size followed by an unlogged drop (issue 12's worst sessions). Entries of
+    other types (`advisor_message`) are the tool's own model call, not in the sums."""
+    if not isinstance(usage, dict) or not isinstance(usage.get("iterations"), list):
+        return ()
+    passes: list[RecordedUsage] = []
+    for item in usage["iterations"]:
+        if not isinstance(item, dict) or item.get("type") != "message":
+            continue
+        values = [
+            _count(item.get(name))
+            for name in (
+                "input_tokens",
+                "cache_read_input_tokens",
+                "cache_creation_input_tokens",
+                "output_tokens",
+            )
+        ]
+        if any(v is None for v in values):
+            return ()
+        inp, read, created, out = (int(v or 0) for v in values)
+        split = item.get("cache_creation")
+        w5, w1 = created, 0
+        if isinstance(split, dict):
+            a, b = (
+                _count(split.get("ephemeral_5m_input_tokens")),
+                _count(split.get("ephemeral_1h_input_tokens")),
+            )
+            if a is not None and b is not None and a + b == created:
+                w5, w1 = a, b
+        passes.append(RecordedUsage(inp, read, w5, w1, out))
+    if len(passes) < 2:
+        return ()
+    total = [_count(usage.get(n)) for n in ("input_tokens", "cache_read_input_tokens")]
+    total.append(_count(usage.get("cache_creation_input_tokens")))
+    sums = [
+        sum(p.input for p in passes),
+        sum(p.cache_read for p in passes),
+        sum(p.cache_write_5m + p.cache_write_1h for p in passes),
+    ]
+    return tuple(passes) if total == sums else ()
 
 
 _ROW_FIELDS = (
@@ -124,6 +186,10 @@ class SessionBuilder:
         self.events: list[CompactionEvent] = []
         self.prefix_tokens: int | None = None
         self.stats: dict[str, int] = {}
+        #: Request -> its inference passes, for calls the server ran more than once.
+        self._iterations: dict[int, tuple[RecordedUsage, ...]] = {}
+        #: Requests (after splitting) that are a call's second or later pass.
+        self._iteration_requests: set[int] = set()
 
     # -- blocks -------------------------------------------------------------------------
 
@@ -235,6 +301,9 @@ class SessionBuilder:
         r["cache_write_1h"].append(u.cache_write_1h)
         r["output"].append(u.output)
         r["output_recorded"].append(u.output)
+        r["prefix"].append(-1)
+        if len(u.iterations) > 1:
+            self._iterations[idx] = u.iterations
         return idx
 
     def set_output(self, request: int, output: int) -> None:
@@ -258,6 +327,7 @@ class SessionBuilder:
     def finish(self, token_cache: dict[int, int] | None = None) -> Session:
         """Count tokens, link tool pairs, fix implausible outputs, anchor to usage."""
         cache = token_cache if token_cache is not None else {}
+        self._split_iterations()
         n = len(self._rows)
         columns = list(zip(*self._rows, strict=True)) if n else [()] * len(_ROW_FIELDS)
         blocks = {
@@ -306,6 +376,64 @@ class SessionBuilder:
             events=list(self.events),
         )
 
+    def _split_iterations(self) -> None:
+        """One request per inference pass of a call the server ran more than once.
+
+        The passes share the call's times and model; blocks entering after the call enter
+        after its last pass, and its response is the last pass's output. A later pass's
+        growth (the server tool's use and result, as the server laid them out) is an
+        INJECTED artifact that leaves again at the next request: the recording's next
+        request reads the cache only as far as the first pass wrote it (usage.iterations
+        of ../shared: the next read equals the first pass's context)."""
+        if not self._iterations:
+            return
+        n = self.n_requests
+        extra = np.zeros(n + 1, dtype=np.int64)
+        for k, passes in self._iterations.items():
+            extra[k + 1] += len(passes) - 1
+        shift = np.cumsum(extra).tolist()
+
+        def moved(f: int) -> int:
+            return f if f >= NEVER or f < 0 else f + int(shift[min(f, n)])
+
+        def moved_origin(o: int) -> int:
+            extra_passes = len(self._iterations.get(o, ())) - 1
+            return moved(o) + max(extra_passes, 0) if o >= 0 else o
+
+        self._rows = [
+            (*row[:8], moved(row[8]), moved_origin(row[9]), *row[10:]) for row in self._rows
+        ]
+        self._hidden = [moved(h) for h in self._hidden]
+        self._compacted = [moved(c) for c in self._compacted]
+        self.events = [replace(e, request=moved(e.request)) for e in self.events]
+        old = self._requests
+        new: dict[str, list[Any]] = {name: [] for name in REQUEST_COLUMNS}
+        for k in range(n):
+            split = self._iterations.get(k, ())
+            if not split:
+                for name in REQUEST_COLUMNS:
+                    new[name].append(old[name][k])
+                continue
+            for j, p in enumerate(split):
+                if j:
+                    self._iteration_requests.add(moved(k) + j)
+                for name, value in (
+                    ("ts", old["ts"][k]),
+                    ("ts_end", old["ts_end"][k]),
+                    ("model", old["model"][k]),
+                    ("has_usage", True),
+                    ("input", p.input),
+                    ("cache_read", p.cache_read),
+                    ("cache_write_5m", p.cache_write_5m),
+                    ("cache_write_1h", p.cache_write_1h),
+                    ("output", p.output),
+                    ("output_recorded", p.output),
+                    ("prefix", -1),
+                ):
+                    new[name].append(value)
+        self._requests = new
+        self.stats["server_passes_split"] = int(extra.sum())
+
     def _fix_outputs(
         self, blocks: dict[str, npt.NDArray[Any]], requests: dict[str, npt.NDArray[Any]]
     ) -> None:
@@ -328,111 +456,27 @@ class SessionBuilder:
         n_req = len(requests["ts"])
         has_usage = requests["has_usage"]
         if self.prefix_tokens is not None or n_req == 0 or not has_usage.any():
-            return blocks, int(self.prefix_tokens or 0)
-        first = blocks["first_request"]
-        end = np.minimum(blocks["hidden_from"], blocks["compacted_at"])
-        raw = blocks["tokens_raw"].astype(np.int64)
-        tokens = blocks["tokens"]
-        live = first < end
-        enter_order = np.argsort(np.where(live, first, NEVER), kind="stable")
-        leave_order = np.argsort(np.where(live, end, NEVER), kind="stable")
-        enter_keys = np.where(live, first, NEVER)[enter_order]
-        leave_keys = np.where(live, end, NEVER)[leave_order]
-        context = (
-            requests["input"]
-            + requests["cache_read"]
-            + requests["cache_write_5m"]
-            + requests["cache_write_1h"]
-        )
-        injected: list[tuple[int, int, int]] = []  # (request, tokens, flags)
-        summary_mask = (blocks["kind"] == Kind.SUMMARY) & ((blocks["flags"] & Flag.ARTIFACT) != 0)
-        ratios: list[float] = []  # recorded growth per raw token, at ordinary requests
-        held = 0  # anchored tokens of the blocks in the current as-recorded view
-        prefix: int | None = None
-        shrinks = 0
-        shifted = 0
-        # Injected blocks are inserted after this loop; they leave the view with the block
-        # they follow (see _insert_injected): their tokens leave `held` then.
-        injected_leaving: dict[int, int] = {}
-
-        def inject(k: int, n: int, flags: int) -> None:
-            injected.append((k, n, flags))
-            before = np.nonzero(
-                (first[: np.searchsorted(first, k, side="right")] <= k)
-                & (end[: np.searchsorted(first, k, side="right")] > k)
-            )[0]
-            leaves = int(end[before[-1]]) if len(before) else NEVER
-            if leaves < NEVER:
-                injected_leaving[leaves] = injected_leaving.get(leaves, 0) + n
-
-        for k in range(n_req):
-            held -= injected_leaving.pop(k, 0)
-            lo, hi = np.searchsorted(leave_keys, [k, k + 1])
-            leaving = leave_order[lo:hi]
-            lo, hi = np.searchsorted(enter_keys, [k, k + 1])
-            entering = enter_order[lo:hi]
-            weights = raw[entering]
-            if has_usage[k] and prefix is not None and len(leaving):
-                # Blocks leaving here (thinking the API stopped counting, a rewound
-                # branch) may have carried more than their share when they entered:
-                # move the shortfall onto them from blocks that entered with them.
-                target = int(context[k]) - (held - int(tokens[leaving].sum())) - prefix
-                deficit = int(weights.sum()) - target
-                if deficit > 0:
-                    shifted += _shift_into(tokens, leaving, deficit, first, end, k, blocks)
-            held -= int(tokens[leaving].sum())
-            if not has_usage[k]:
-                held += int(tokens[entering].sum())
-                continue
-            target = int(context[k]) - held
-            if prefix is None:
-                prefix = max(0, target - int(weights.sum()))
-            target -= prefix
-            if target < 0:
-                shrinks += 1
-                tokens[entering] = 0
-                continue
-            if len(entering) == 0:
-                if target > 0:
-                    inject(k, target, int(Flag.NONE))
-                    held += target
-                continue
-            summaries = summary_mask[entering]
-            if summaries.any():
-                # The recording's compaction: the summary is sized from its text (at the
-                # session's own Claude-per-cl100k ratio); the rest of the growth is what
-                # the client restored (files, reminders), unlogged: an INJECTED artifact.
-                ratio = float(np.median(ratios)) if ratios else 1.0
-                sized = np.minimum(np.round(weights * ratio).astype(np.int64), target)
-                if int(sized.sum()) <= target:
-                    tokens[entering] = sized
-                    rest = target - int(sized.sum())
-                    if rest > 0:
-                        inject(k, rest, int(Flag.ARTIFACT))
-                    held += target
-                    continue
-            elif weights.sum() > 0:
-                ratios.append(target / float(weights.sum()))
-            tokens[entering] = _distribute(target, weights)
-            held += target
-        self.stats["tokens_shifted"] = shifted
-        self.stats["unexplained_shrinks"] = shrinks
-        self.stats["injected_blocks"] = len(injected)
-        if injected:
-            blocks = self._insert_injected(blocks, injected)
-        return blocks, int(prefix or 0)
+            prefix = int(self.prefix_tokens or 0)
+            requests["prefix"] = np.full(n_req, prefix, dtype=np.int64)
+            return blocks, prefix
+        run = _Anchoring(blocks, requests, self.events, list(self._tools))
+        run.run(self._iteration_requests)
+        for name, value in run.counts.items():
+            self.stats[name] = self.stats.get(name, 0) + value
+        requests["prefix"] = run.prefix_column
+        if run.injected:
+            blocks = self._insert_injected(blocks, run.injected)
+        return blocks, run.first_prefix
 
     def _insert_injected(
-        self, blocks: dict[str, npt.NDArray[Any]], injected: list[tuple[int, int, int]]
+        self, blocks: dict[str, npt.NDArray[Any]], injected: list[_Injected]
     ) -> dict[str, npt.NDArray[Any]]:
         """Insert INJECTED blocks at the end of the as-recorded view of their request."""
         first = blocks["first_request"]
-        end = np.minimum(blocks["hidden_from"], blocks["compacted_at"])
-        positions = np.searchsorted(first, [k for k, _, _ in injected], side="right")
+        positions = np.searchsorted(first, [j.request for j in injected], side="right")
         new_rows: dict[str, list[Any]] = {name: [] for name in BLOCK_COLUMNS}
-        for (k, n, flags), pos in zip(injected, positions, strict=True):
-            visible_before = np.nonzero((first[:pos] <= k) & (end[:pos] > k))[0]
-            prev = int(visible_before[-1]) if len(visible_before) else -1
+        for j in injected:
+            prev = j.prev
             row = {
                 "msg": blocks["msg"][prev] if prev >= 0 else -1,
                 "kind": int(Kind.INJECTED),
@@ -440,15 +484,15 @@ class SessionBuilder:
                 "tool": -1,
                 "link": -1,
                 "tokens_raw": 0,
-                "tokens": n,
+                "tokens": j.tokens,
                 "chars": 0,
-                "hash": self.hasher.hash("injected", str(k), str(n)),
+                "hash": self.hasher.hash("injected", str(j.request), str(j.tokens)),
                 "ts": blocks["ts"][prev] if prev >= 0 else 0,
-                "first_request": k,
-                "hidden_from": blocks["hidden_from"][prev] if prev >= 0 else NEVER,
-                "compacted_at": blocks["compacted_at"][prev] if prev >= 0 else NEVER,
+                "first_request": j.request,
+                "hidden_from": j.hidden_from,
+                "compacted_at": j.compacted_at,
                 "origin": -1,
-                "flags": flags,
+                "flags": j.flags,
                 "path_hash": 0,
                 "file_tokens": -1,
             }
@@ -529,6 +573,320 @@ def _distribute(total: int, weights: npt.NDArray[np.int64]) -> npt.NDArray[np.in
     if extra:
         base[np.argsort(-rem, kind="stable")[:extra]] += 1
     return base
+
+
+#: Tools whose results Claude Code's time-based microcompact clears, and how many of the
+#: most recent such results it keeps (its `microCompact.ts`, as described in
+#: bug-ops/zeph#2699 and lijunzh/koda#660: Bash, Glob, Grep, Read, WebFetch, WebSearch,
+#: Edit, Write; KEEP_RECENT 5).
+CLEARABLE_TOOLS = frozenset(
+    {"Bash", "Glob", "Grep", "Read", "WebFetch", "WebSearch", "Edit", "Write", "MultiEdit"}
+)
+CLEAR_KEEP_RECENT = 5
+FIVE_MINUTES_MS = 5 * 60 * 1000
+ONE_HOUR_MS = 60 * 60 * 1000
+
+
+@dataclass
+class _Injected:
+    """An INJECTED block to insert: growth no logged block carries."""
+
+    request: int
+    tokens: int
+    flags: int
+    prev: int  # the block it follows in the as-recorded view, -1 for none
+    hidden_from: int
+    compacted_at: int
+
+
+class _Anchoring:
+    """One pass over a session's requests that sizes entering blocks from the recorded
+    usage, with the system + tools prefix per model and the client's unlogged edits.
+
+    Mechanisms, each counted in `counts` (Trace.stats, `traces stats --json`):
+
+    * ``prefix_models``: a model seen for the first time whose recorded context is smaller
+      than the conversation plus the old prefix gets its own prefix, inferred as at the
+      first request (what the recorded context holds beyond the conversation and the
+      entering blocks' estimate). Claude Code sends full tool schemas to some models and
+      deferred tools to others (issue 12: 159k against 42k), and caches are per model, so
+      the prefix switches with the model and back. A new model whose context the old
+      prefix can hold keeps it: the 1.0.x Opus 4 / Sonnet 4 switches of ../shared grow
+      there, and the entering blocks carry the growth, as before.
+    * ``prefix_reinferred``: after a recorded compaction the prefix is inferred again when
+      the compacted context is smaller than the old prefix plus the summary's estimate
+      (what preceded the first logged message is not always sent again); never below the
+      request's cache read, which the old prefix's unchanged start accounts for.
+    * ``edits_idle``: the recorded context shrinks after a gap at least as long as the
+      previous request's cache TTL (the cache is cold): the client cleared old tool
+      results, as Claude Code's time-based microcompact does (CLEARABLE_TOOLS, keeping the
+      5 most recent). Issue 12: 17 of 21 unlogged drops in 2.x followed a gap over 5 min.
+    * ``edits_unlogged``: any other shrink (in 1.0.8x they come within seconds, after an
+      interrupt or a `<synthetic>` line, issue 12; which content those clients dropped is
+      not logged): the oldest content the client could have dropped (tool results first,
+      then thinking, then other agent output; never the human's words or a summary)
+      leaves the recorded view.
+
+    An edit removes whole blocks (they get `compacted_at` and Flag.UNLOGGED) oldest first,
+    starting after the request's recorded cache read when that reaches past the prefix
+    (the cached part was unchanged, so the edit is after it; anywhere if there is too
+    little after it, the block sizes being estimates), until at least the missing
+    tokens are gone (a tool_use and its tool_result leave together: the API refuses one
+    without the other); what it removed beyond them goes to the entering blocks. So the
+    as-recorded view equals the recorded context at every request; ``edited_tokens``
+    counts the tokens removed and ``unexplained_shrinks`` the requests where no block
+    could be removed (then the entering blocks get 0 and the view stays larger).
+    """
+
+    def __init__(
+        self,
+        blocks: dict[str, npt.NDArray[Any]],
+        requests: dict[str, npt.NDArray[Any]],
+        events: list[CompactionEvent],
+        tools: list[str],
+    ) -> None:
+        self.b = blocks
+        self.r = requests
+        self.n_req = len(requests["ts"])
+        self.first = blocks["first_request"]
+        self.end = np.minimum(blocks["hidden_from"], blocks["compacted_at"]).astype(np.int64)
+        self.raw = blocks["tokens_raw"].astype(np.int64)
+        self.tokens = blocks["tokens"]
+        self.context = (
+            requests["input"]
+            + requests["cache_read"]
+            + requests["cache_write_5m"]
+            + requests["cache_write_1h"]
+        ).astype(np.int64)
+        self.compactions = {e.request for e in events}
+        clearable = np.array([t in CLEARABLE_TOOLS for t in tools] + [False], dtype=bool)
+        kind = blocks["kind"]
+        flags = blocks["flags"]
+        self.clearable = (kind == Kind.TOOL_RESULT) & clearable[blocks["tool"]]
+        keep = (flags & (Flag.HUMAN | Flag.ARTIFACT)) == 0
+        keep &= (kind != Kind.SUMMARY) & (kind != Kind.INJECTED)
+        self.droppable = keep
+        #: Preference among droppable blocks of an unexplained edit: lower first.
+        self.tier = np.where(
+            kind == Kind.TOOL_RESULT, 0, np.where(kind == Kind.THINKING, 1, 2)
+        ).astype(np.int64)
+        self.injected: list[_Injected] = []
+        self.injected_leaving: dict[int, int] = {}
+        self.prefix_column = np.full(self.n_req, -1, dtype=np.int64)
+        self.first_prefix = 0
+        self.counts = {
+            "tokens_shifted": 0,
+            "unexplained_shrinks": 0,
+            "injected_blocks": 0,
+            "prefix_models": 0,
+            "prefix_reinferred": 0,
+            "edits_idle": 0,
+            "edits_unlogged": 0,
+            "edited_blocks": 0,
+            "edited_tokens": 0,
+        }
+
+    def _visible_before(self, k: int) -> npt.NDArray[np.intp]:
+        """Blocks of the as-recorded view of k that entered before k, in view order."""
+        hi = int(np.searchsorted(self.first, k, side="left"))
+        return np.flatnonzero(self.end[:hi] > k)
+
+    def inject(self, k: int, n: int, flags: int, leaves: int | None = None) -> None:
+        """Growth with no logged block to carry it: an INJECTED block at the view's end."""
+        hi = int(np.searchsorted(self.first, k, side="right"))
+        before = np.flatnonzero(self.end[:hi] > k)
+        prev = int(before[-1]) if len(before) else -1
+        if leaves is not None:
+            hidden, compacted = NEVER, leaves
+        elif prev >= 0:
+            hidden = int(self.b["hidden_from"][prev])
+            compacted = int(min(self.b["compacted_at"][prev], self.end[prev]))
+        else:
+            hidden, compacted = NEVER, NEVER
+        self.injected.append(_Injected(k, n, flags, prev, hidden, compacted))
+        gone = min(hidden, compacted)
+        if gone < NEVER:
+            self.injected_leaving[gone] = self.injected_leaving.get(gone, 0) + n
+
+    def edit(self, k: int, missing: int, needed: int, prefix: int, idle: bool) -> int:
+        """Remove at least `missing` tokens of droppable content from the view of k, or, if
+        there is not that much, all there is when that is at least `needed` (the entering
+        blocks then get less than their estimate, but not less than nothing). The edit
+        starts after the request's cache read if the content there allows; if not, the
+        read contradicts the view's layout (block sizes are estimates), and it starts
+        anywhere."""
+        read = int(self.r["cache_read"][k])
+        if read > prefix:
+            removed = self._edit(k, missing, needed, prefix, idle, read)
+            if removed:
+                return removed
+        return self._edit(k, missing, needed, prefix, idle, 0)
+
+    def _edit(self, k: int, missing: int, needed: int, prefix: int, idle: bool, after: int) -> int:
+        visible = self._visible_before(k)
+        if not len(visible):
+            return 0
+        sizes = self.tokens[visible].astype(np.int64)
+        starts = prefix + np.cumsum(sizes) - sizes
+        allowed = self.droppable[visible] & (sizes > 0) & (starts >= after)
+        order: list[int] = []
+        cause = "edits_unlogged"
+        if idle:
+            results = visible[self.clearable[visible]]
+            old = set(results[: max(0, len(results) - CLEAR_KEEP_RECENT)].tolist())
+            order = [
+                int(b)
+                for b, ok in zip(visible.tolist(), allowed.tolist(), strict=True)
+                if ok and b in old
+            ]
+            if order:
+                cause = "edits_idle"
+        # A tool_use and its tool_result leave together: the API refuses either alone.
+        ok = dict(zip(visible.tolist(), allowed.tolist(), strict=True))
+        link = self.b["link"]
+        chosen: list[int] = []
+        taken: set[int] = set()
+        removed = 0
+
+        def take(b: int) -> None:
+            nonlocal removed
+            partner = int(link[b])
+            pair = [b] if partner < 0 or partner not in ok else [b, partner]
+            if any(p in taken or not ok[p] for p in pair):
+                return
+            for p in pair:
+                taken.add(p)
+                chosen.append(p)
+                removed += int(self.tokens[p])
+
+        for b in order:
+            if removed >= missing:
+                break
+            take(b)
+        if removed < missing:
+            rest = visible[allowed]
+            for b in rest[np.argsort(self.tier[rest], kind="stable")].tolist():
+                if removed >= missing:
+                    break
+                take(b)
+        if removed < needed or not chosen:
+            return 0
+        idx = np.asarray(chosen, dtype=np.intp)
+        self.end[idx] = k
+        self.b["compacted_at"][idx] = np.minimum(self.b["compacted_at"][idx], k)
+        self.b["flags"][idx] |= np.uint8(Flag.UNLOGGED)
+        self.counts[cause] += 1
+        self.counts["edited_blocks"] += len(chosen)
+        self.counts["edited_tokens"] += removed
+        return removed
+
+    def run(self, iterations: set[int]) -> None:
+        first, end, raw, tokens = self.first, self.end, self.raw, self.tokens
+        has_usage = self.r["has_usage"]
+        models = self.r["model"].tolist()
+        ts, ts_end = self.r["ts"].tolist(), self.r["ts_end"].tolist()
+        w5, w1 = self.r["cache_write_5m"].tolist(), self.r["cache_write_1h"].tolist()
+        live = first < end
+        enter_order = np.argsort(np.where(live, first, NEVER), kind="stable")
+        leave_order = np.argsort(np.where(live, end, NEVER), kind="stable")
+        enter_keys = np.where(live, first, NEVER)[enter_order]
+        leave_keys = np.where(live, end, NEVER)[leave_order]
+        summary_mask = (self.b["kind"] == Kind.SUMMARY) & ((self.b["flags"] & Flag.ARTIFACT) != 0)
+        ratios: list[float] = []  # recorded growth per raw token, at ordinary requests
+        held = 0  # anchored tokens of the blocks in the current as-recorded view
+        prefix: int | None = None
+        by_model: dict[int, int] = {}
+        last_usage = -1
+        ttl = FIVE_MINUTES_MS
+        for k in range(self.n_req):
+            held -= self.injected_leaving.pop(k, 0)
+            lo, hi = np.searchsorted(leave_keys, [k, k + 1])
+            leaving = leave_order[lo:hi]
+            leaving = leaving[end[leaving] == k]  # not already removed by an edit
+            lo, hi = np.searchsorted(enter_keys, [k, k + 1])
+            entering = enter_order[lo:hi]
+            weights = raw[entering]
+            ratio = float(np.median(ratios)) if ratios else 1.0
+            if has_usage[k] and prefix is not None and len(leaving):
+                # Blocks leaving here (thinking the API stopped counting, a rewound
+                # branch) may have carried more than their share when they entered:
+                # move the shortfall onto them from blocks that entered with them.
+                target = int(self.context[k]) - (held - int(tokens[leaving].sum())) - prefix
+                deficit = int(weights.sum()) - target
+                if deficit > 0:
+                    self.counts["tokens_shifted"] += _shift_into(
+                        tokens, leaving, deficit, first, end, k, self.b
+                    )
+            held -= int(tokens[leaving].sum())
+            if not has_usage[k]:
+                held += int(tokens[entering].sum())
+                self.prefix_column[k] = prefix if prefix is not None else -1
+                continue
+            target = int(self.context[k]) - held
+            estimate = round(float(weights.sum()) * ratio)
+            m = models[k]
+            if prefix is None:
+                prefix = max(0, target - int(weights.sum()))
+                self.first_prefix = prefix
+                by_model[m] = prefix
+            elif m not in by_model:
+                if target < prefix:  # the old prefix cannot be what this model is sent
+                    prefix = max(0, target - estimate)
+                    self.counts["prefix_models"] += 1
+                by_model[m] = prefix
+            else:
+                prefix = by_model[m]
+            if k in self.compactions and target - prefix < estimate:
+                floor = min(int(self.r["cache_read"][k]), prefix)
+                new = max(floor, target - estimate)
+                if new < prefix:
+                    prefix = by_model[m] = new
+                    self.counts["prefix_reinferred"] += 1
+            target -= prefix
+            if target < 0 and k not in iterations:
+                prev = last_usage
+                idle = prev >= 0 and ts[k] - ts_end[prev] >= ttl
+                missing = estimate - target
+                removed = self.edit(k, missing, -target, prefix, idle)
+                if removed:
+                    held -= removed
+                    target += removed
+            last_usage = k
+            if w5[k] or w1[k]:  # the TTL the cache was last written with
+                ttl = ONE_HOUR_MS if w1[k] and not w5[k] else FIVE_MINUTES_MS
+            self.prefix_column[k] = prefix
+            if target < 0:
+                self.counts["unexplained_shrinks"] += 1
+                tokens[entering] = 0
+                continue
+            if len(entering) == 0:
+                if target > 0:
+                    leaves = k + 1 if k in iterations else None
+                    flags = int(Flag.ARTIFACT) if k in iterations else int(Flag.NONE)
+                    self.inject(k, target, flags, leaves)
+                    held += target
+                continue
+            summaries = summary_mask[entering]
+            if summaries.any():
+                # The recording's compaction: the summary is sized from its text (at the
+                # session's own Claude-per-cl100k ratio); the rest of the growth is what
+                # the client restored (files, reminders), unlogged: an INJECTED artifact.
+                sized = np.minimum(np.round(weights * ratio).astype(np.int64), target)
+                if int(sized.sum()) <= target:
+                    tokens[entering] = sized
+                    rest = target - int(sized.sum())
+                    if rest > 0:
+                        self.inject(k, rest, int(Flag.ARTIFACT))
+                    held += target
+                    continue
+            elif weights.sum() > 0:
+                ratios.append(target / float(weights.sum()))
+            tokens[entering] = _distribute(target, weights)
+            held += target
+        # Requests before the first with usage take the first prefix.
+        col = self.prefix_column
+        col[col < 0] = self.first_prefix
+        self.counts["injected_blocks"] = len(self.injected)
 
 
 def hasher_for(unit: ImportUnit, contents: list[bytes]) -> Hasher:

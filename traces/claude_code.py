@@ -22,8 +22,14 @@ Facts this reader relies on (DESIGN.md section 2):
   a 1.0.x compaction is "manual" with that line and "unknown" (in practice auto) without.
 * Subagents: inline ``isSidechain`` lines (1.0.x) grouped by their sidechain root,
   ``agent-*.jsonl`` files beside the session (2.0.x) or under ``<session>/subagents/``
-  (2.1.x) become sessions of their own whose parent is the main session;
-  ``agent-acompact-*`` files are the main session's compaction requests.
+  (2.1.x) become sessions of their own whose parent is the main session.
+* Copies: every call is counted once over the import unit (`_Unit`). Fork files
+  (``agent-acompact-*``, ``agent-aside_question-*``) and resumed session files begin with a
+  copy of calls another file holds; a copy lays its blocks as context, never a request. An
+  acompact file's own call is the parent's compaction call (``CompactionEvent.call_usage``);
+  a resumed file continues the file it copied as one session.
+* Entry types are not a gate: an entry that carries no message is metadata, whatever its
+  type (`_FileReader._entry`).
 * A line that cannot be parsed (under --lenient) becomes a placeholder node in the tree, so
   a child whose parent was on that line still finds its place: an unknown ``parentUuid``
   resolves to the latest placeholder before the child, else to the previous line.
@@ -47,6 +53,7 @@ from traces.builder import (
     add_counts,
     hasher_for,
     unit_trace,
+    usage_iterations,
 )
 from traces.errors import Problems
 from traces.jsonl import UNREADABLE, json_lines
@@ -55,7 +62,8 @@ from traces.source import ImportUnit
 #: The line a /compact command leaves in the transcript (both 1.0.x and 2.x).
 COMPACT_COMMAND = "<command-name>/compact</command-name>"
 
-#: Entry types that carry nothing the API was sent (metadata, UI state).
+#: Entry types known to carry nothing the API was sent (metadata, UI state). Not a gate:
+#: any other type without a message is metadata too (counted as `lines_metadata_unlisted`).
 METADATA_TYPES = frozenset(
     {
         "summary",
@@ -165,6 +173,9 @@ class _FileReader:
         self.stats: dict[str, int] = {"lines": 0, "lines_metadata": 0}
         self.version = ""
         self.session_id = ""
+        #: The session id of the last conversation line: a resumed file's own id (its copied
+        #: lines may still carry the id of the session it resumes).
+        self.last_session_id = ""
         self._parse(data)
 
     def _report(self, line: int, category: str, message: str) -> None:
@@ -189,19 +200,36 @@ class _FileReader:
         self.order.append(uuid)
 
     def _entry(self, lineno: int, obj: dict[str, Any]) -> None:
+        """One parsed line: a conversation line, or metadata decided by its structure.
+
+        Claude Code adds entry types with nearly every release (2.1.8x+ writes `ai-title`,
+        `permission-mode`, `file-history-delta`, `worktree-state`, `atis-latch`,
+        `bridge-session` and more: 10 types, 5,379 lines in ../shared/traces/claude-code that
+        no list of ours named; each resume appends `mode` and `permission-mode` lines again,
+        anthropics/claude-code#69013). A list of known types is therefore not the gate: an
+        entry of another type that holds no `message` has no bearing on the context and is
+        counted as metadata (`lines_metadata`, and `lines_metadata_unlisted` for types not in
+        METADATA_TYPES);
+        one with a `uuid` stays in the tree as a pass-through node, so that a child naming it
+        as parent keeps its place. Only an unknown type that carries a `message` (context
+        this reader cannot place) is a problem (`unknown-type`).
+        """
         kind = obj.get("type")
-        if not isinstance(kind, str):
-            self._report(lineno, "missing-field", "entry has no 'type'")
+        if kind in TREE_TYPES:
+            self._tree_node(lineno, obj, str(kind), pass_through=False)
             return
-        if kind in METADATA_TYPES:
-            self.stats["lines_metadata"] += 1
-            if kind in ("progress", "attachment"):
-                self._tree_node(lineno, obj, kind, pass_through=True)
+        listed = kind in METADATA_TYPES
+        if not listed and isinstance(obj.get("message"), dict):
+            if not isinstance(kind, str):
+                self._report(lineno, "missing-field", "entry has no 'type'")
+            else:
+                self._report(lineno, "unknown-type", f"unknown entry type {kind!r}")
             return
-        if kind not in TREE_TYPES:
-            self._report(lineno, "unknown-type", f"unknown entry type {kind!r}")
-            return
-        self._tree_node(lineno, obj, kind, pass_through=False)
+        self.stats["lines_metadata"] += 1
+        if not listed:
+            self.stats["lines_metadata_unlisted"] = self.stats.get("lines_metadata_unlisted", 0) + 1
+        if isinstance(obj.get("uuid"), str):
+            self._tree_node(lineno, obj, str(kind or "metadata"), pass_through=True)
 
     def _tree_node(
         self, lineno: int, obj: dict[str, Any], kind: str, *, pass_through: bool
@@ -214,12 +242,14 @@ class _FileReader:
             self._report(lineno, "missing-field", "entry has no valid 'uuid'/'parentUuid'")
             return
         if uuid in self.nodes:
-            self._report(lineno, "duplicate-id", f"uuid {uuid[:8]}… appears twice")
+            if not pass_through:
+                self._report(lineno, "duplicate-id", f"uuid {uuid[:8]}… appears twice")
             return
         if isinstance(obj.get("version"), str):
             self.version = obj["version"]
-        if isinstance(obj.get("sessionId"), str) and not self.session_id:
-            self.session_id = obj["sessionId"]
+        if isinstance(obj.get("sessionId"), str):
+            self.session_id = self.session_id or obj["sessionId"]
+            self.last_session_id = obj["sessionId"]
         sidechain = bool(obj.get("isSidechain")) or self.whole_sidechain
         node = _Node(uuid, parent, lineno, kind, sidechain, None if pass_through else obj)
         node.ts = parse_ts(obj.get("timestamp"))
@@ -314,6 +344,7 @@ class _FileReader:
             w5,
             w1,
             values["output_tokens"],
+            iterations=usage_iterations(usage),
         )
 
 
@@ -366,9 +397,12 @@ class _SessionAssembler:
         builder: SessionBuilder,
         node_ids: set[str],
         request_index: dict[str, int],
+        copied_roots: frozenset[str] = frozenset(),
     ):
         self.r = reader
         self._request_index = request_index
+        #: Compaction roots copied from an earlier file of the unit: that file records them.
+        self.copied_roots = copied_roots
         self._pending: tuple[int, str, int, int] | None = None
         self.thinking: list[int] = []  # thinking blocks in the current context
         self.strip_thinking = False
@@ -386,6 +420,8 @@ class _SessionAssembler:
         last_placeholder: str | None = None
         previous: str | None = None
         parents: dict[str, str | None] = {}
+        #: Each compaction root's fallback parent: the line before it in the file.
+        before_root: dict[str, str | None] = {}
         for uuid in self.r.order:
             if uuid not in self.node_ids:
                 continue
@@ -394,6 +430,7 @@ class _SessionAssembler:
             if node.compaction_root:
                 lp = node.logical_parent
                 parent = lp if lp in self.node_ids else previous
+                before_root[uuid] = previous
             elif parent is not None and parent not in self.r.nodes:
                 parent = last_placeholder or previous
             elif parent is not None and parent not in self.node_ids:
@@ -403,13 +440,62 @@ class _SessionAssembler:
                 last_placeholder = uuid
             previous = uuid
         self.parents = parents
+        #: Parents as they were when a request sent before a compaction left, for the
+        #: requests whose first line is in `sent_before` (see `_relinked_segments`).
+        self.sent_parents = dict(parents)
+        self.sent_before: set[str] = set()
+        self._relinked_segments(before_root)
 
-    def _logical_path_from(self, uuid: str | None) -> tuple[int, list[str]]:
+    def _relinked_segments(self, before_root: dict[str, str | None]) -> None:
+        """Undo the loop a compaction written after the messages it preserves makes.
+
+        From 2.1.2xx a compaction keeps the last turn verbatim after the summary
+        (`compactMetadata.preservedSegment`: head, the last pre-compaction request's
+        response, to tail) and the boundary's `logicalParentUuid` is that tail. In a live
+        session the segment is written before the boundary, so the tail does precede it.
+        A file that compacts as it resumes another process's session (../shared
+        flutter-docker aba9151e, 2.1.226, resuming 390ab778 of 2.1.224, preTokens 213,002)
+        writes the boundary first and re-links the copied segment under the summary: the
+        logical parent then descends from the boundary itself. Read as written, the head's
+        request (390ab778's last call, 204,665 tokens sent at 11:48, 6 minutes before the
+        boundary) became the first compacted request, and the segment a loop. The original
+        shows what happened: the head's parent there is the line before the boundary, and
+        the next call (61,596 tokens) is the first sent after the compaction. So such a root
+        hangs from the line before it, like one whose logical parent is absent, and a
+        request whose first line lies in the segment keeps the context it was sent with:
+        the segment hangs from that same line for it (`sent_parents`), without the summary.
+        """
+        for root, fallback in before_root.items():
+            segment: list[str] = []
+            uuid = self.parents[root]
+            seen = {root}
+            while uuid is not None and uuid not in seen:
+                seen.add(uuid)
+                segment.append(uuid)
+                uuid = self.parents.get(uuid)
+            if uuid != root:
+                continue  # the logical parent precedes the root: the live-session layout
+            self.parents[root] = fallback
+            self.sent_parents[root] = fallback
+            for node in segment:
+                if self.r.nodes[node].summary:
+                    continue
+                self.sent_before.add(node)
+                parent = self.parents.get(node)
+                n = self.r.nodes.get(parent) if parent is not None else None
+                if n is not None and (n.summary or n.compaction_root):
+                    self.sent_parents[node] = fallback
+            self.r.stats["compactions_relinked"] = self.r.stats.get("compactions_relinked", 0) + 1
+
+    def _logical_path_from(
+        self, uuid: str | None, parents: dict[str, str | None] | None = None
+    ) -> tuple[int, list[str]]:
         """How much of the current path the context of `uuid` keeps, and what it adds.
 
-        Walks up only until it meets the current path, so an append-only step costs
-        O(new nodes), not O(path).
+        Walks up (by `parents`, default the logical tree) only until it meets the current
+        path, so an append-only step costs O(new nodes), not O(path).
         """
+        parents = self.parents if parents is None else parents
         out: list[str] = []
         seen: set[str] = set()
         while uuid is not None and uuid not in seen and uuid in self.r.nodes:
@@ -418,7 +504,7 @@ class _SessionAssembler:
                 return pos + 1, out[::-1]
             seen.add(uuid)
             out.append(uuid)
-            uuid = self.parents.get(uuid)
+            uuid = parents.get(uuid)
         return 0, out[::-1]
 
     def run(self, requests: list[_Request]) -> None:
@@ -427,7 +513,8 @@ class _SessionAssembler:
             self.b.set_output(k, req.output)
             self.strip_thinking = not PRESERVES_THINKING.match(req.model)
             first = self.r.nodes[req.first_node]
-            self._advance(k, *self._logical_path_from(self.parents.get(first.uuid)))
+            tree = self.sent_parents if first.uuid in self.sent_before else self.parents
+            self._advance(k, *self._logical_path_from(tree.get(first.uuid), tree))
         tail = self._last_leaf()
         if tail is not None:
             self._advance(len(requests), *self._logical_path_from(tail))
@@ -490,6 +577,9 @@ class _SessionAssembler:
                 pre = pre_v if isinstance(pre_v, int) else -1
         ts = parse_ts(root.entry.get("timestamp")) if root.entry else None
         self.flush_event(-1)
+        if root.uuid in self.copied_roots:
+            self.r.stats["compactions_copied"] = self.r.stats.get("compactions_copied", 0) + 1
+            return
         self._pending = (k, trigger, pre, ts or 0)
 
     def flush_event(self, summary_block: int) -> None:
@@ -734,15 +824,16 @@ def _build_session(
     kind: str,
     parent: int,
     token_cache: dict[int, int],
+    requests: list[_Request],
+    copied_roots: frozenset[str] = frozenset(),
 ) -> tuple[Session, dict[str, int]]:
+    """One session of `reader`: the blocks of `nodes`, priced at `requests` (the session's
+    own calls; calls copied from another file only lay their blocks as context)."""
     client = f"claude-code {reader.version}".strip()
     builder = SessionBuilder(hasher, id=id, kind=kind, parent=parent, client=client)
-    requests = [
-        reader.requests[m] for m in reader.request_order if reader.requests[m].first_node in nodes
-    ]
     requests = _ordered(reader, requests)
     index = {req.message_id: k for k, req in enumerate(requests)}
-    _SessionAssembler(reader, builder, nodes, index).run(requests)
+    _SessionAssembler(reader, builder, nodes, index, copied_roots).run(requests)
     session = builder.finish(token_cache)
     return session, builder.stats
 
@@ -770,37 +861,340 @@ def _ordered(reader: _FileReader, requests: list[_Request]) -> list[_Request]:
     return requests
 
 
+@dataclass
+class _File:
+    """One file of an import unit, parsed."""
+
+    index: int  # position in the unit (file#<index> in problem locations)
+    role: str  # "main", "resume", "subagent" or "compaction"
+    stem: str
+    agent: bool  # a subagent or fork file (every line a sidechain line)
+    reader: _FileReader
+
+    def calls(self) -> list[_Request]:
+        return [self.reader.requests[m] for m in self.reader.request_order]
+
+
 def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
-    """Compile a Claude Code session (with its subagent files) into a Trace."""
+    """Compile a Claude Code session with its subagent, compaction and resumed files.
+
+    Every API call is counted once over the unit: a call whose `message.id` an earlier file
+    already holds is a copy (see `_Unit`).
+    """
     hasher = hasher_for(unit, contents)
-    token_cache: dict[int, int] = {}
-    sessions: list[Session] = []
-    stats: dict[str, int] = {}
+    files: list[_File] = []
     roles = ["main", *unit.roles]
-    for i, (f, data) in enumerate(zip(unit.files, contents, strict=True)):
-        role = roles[i]
-        stem = f.path.name.split(".")[0]
-        is_agent = role != "main" or stem.startswith("agent-")
-        reader = _FileReader(f.label, data, problems, whole_sidechain=is_agent)
-        add_counts(stats, reader.stats)
-        if is_agent:
-            kind = "compaction" if role == "compaction" else "subagent"
-            groups = [(stem, kind, set(reader.order))]
+    for i, (source, data) in enumerate(zip(unit.files, contents, strict=True)):
+        stem = source.path.name.split(".")[0]
+        agent = roles[i] in ("subagent", "compaction") or stem.startswith("agent-")
+        reader = _FileReader(source.label, data, problems, whole_sidechain=agent)
+        files.append(_File(i, roles[i], stem, agent, reader))
+    built = _Unit(hasher)
+    for chain in _resume_chains(continuation_order([f for f in files if not f.agent])):
+        built.conversation(chain)
+    # Compaction files last: a subagent compacts too (anthropics/claude-code#16944), and its
+    # acompact file copies the subagent's calls, which must be counted before.
+    for f in sorted((f for f in files if f.agent), key=lambda f: f.role == "compaction"):
+        built.agent(f)
+    for f in files:
+        add_counts(built.stats, f.reader.stats)
+    return unit_trace("claude-code", unit, contents, built.sessions, problems, built.stats)
+
+
+def continuation_order(files: list[_File]) -> list[_File]:
+    """Conversation files in the order they continue one another.
+
+    A resumed file begins with a copy of the calls of the file it resumes, then goes on
+    (traces/discover.py groups such files). A file's *divergence* is the time of its first
+    call past the longest run of leading calls it shares with another file, or, when every
+    call is shared, the time of its last call: the original ends before its continuation's
+    first own call, and of two forks of one history the one that went on first comes first
+    (a chain A, B resumes A, C resumes B sorts A, B, C). Ties keep unit order.
+    """
+    if len(files) < 2:
+        return files
+    keys: list[tuple[int, int]] = []
+    for f in files:
+        calls = f.calls()
+        run = max(_shared_run(calls, g) for g in files if g is not f)
+        if not calls:
+            keys.append((NEVER_TS, f.index))
+        elif run < len(calls):
+            keys.append((calls[run].line_ts, f.index))
         else:
-            main, sidechains = _split_sessions(reader)
-            main_id = reader.session_id or stem
-            groups = [(main_id, "main", main)]
-            groups += [
-                (f"{main_id}/sidechain-{j}", "subagent", g) for j, g in enumerate(sidechains)
-            ]
+            keys.append((calls[-1].line_ts, f.index))
+    order = sorted(range(len(files)), key=lambda i: keys[i])
+    return [files[i] for i in order]
+
+
+def _resume_chains(files: list[_File]) -> list[list[_File]]:
+    """Conversation files grouped into the files each resume: a file whose every call a
+    later file holds is continued by that file (the later file copied it whole), so the two
+    are one conversation, read from the last file of the chain. Files that fork (each with
+    calls of its own after the shared ones) stay apart."""
+    target = list(range(len(files)))
+    for i, f in enumerate(files):
+        calls = f.calls()
+        for j in range(i + 1, len(files)):
+            if calls and _shared_run(calls, files[j]) == len(calls):
+                target[i] = j
+                break
+    chains: dict[int, list[_File]] = {}
+    for i, f in enumerate(files):
+        end = i
+        while target[end] != end:
+            end = target[end]
+        chains.setdefault(end, []).append(f)
+    return [chains[i] for i in sorted(chains)]
+
+
+#: Sort key of a file without calls: after every file with one.
+NEVER_TS = 2**62
+
+
+def _shared_run(calls: list[_Request], other: _File) -> int:
+    """How many of `calls`, from the first, `other` holds too."""
+    held = other.reader.requests
+    n = 0
+    for req in calls:
+        if req.message_id not in held:
+            break
+        n += 1
+    return n
+
+
+class _Unit:
+    """The sessions of one import unit, every call counted once.
+
+    Evidence: ../shared/traces/claude-code holds five resumed files that repeat 18 to 94 of
+    an earlier file's calls (same `message.id`, same usage; traces/discover.py). From
+    2.1.8x a compaction writes `subagents/agent-acompact-*.jsonl`, a copy of the parent's
+    calls up to the compaction plus the summary call itself with its real usage, and `/btw`
+    writes `agent-aside_question-*.jsonl`, a copy plus the side question's call (issue 12:
+    3,498 requests compiled for about 2,844 real calls in one source before the copies were
+    dropped). Both run as one-turn forks of the parent's context (anthropics/claude-code
+    #91910: `compact` and `reactive-compact` go through the shared fork helper); `--resume`
+    writes a new file with a new id (anthropics/claude-code#4926). So:
+
+    * a call already held by an earlier file is a copy: its lines still lay their blocks
+      (the context the file's own calls were sent with), but it is no request of this file;
+    * a resumed file that holds every call of the file it resumes continues it: the two
+      are one conversation, one session read from the later file (`_resume_chains`), so a
+      policy replays the resumed history it built up, and the prompt cache sees the gap in
+      trace time (in the five resumed files of ../shared the first call after the resume
+      wrote the history again: the gap had outlived the cache). A file that forks (the
+      original went on too) is a `main` session of its own, linked to the file it copied
+      (its parent), with only its own calls; a compaction it copied is not its own;
+    * an acompact file's own call is its parent's compaction call: its usage is attached to
+      that compaction's event (`CompactionEvent.call_usage`), and no session is made; when
+      the parent logged no compaction after the copied calls, the call is kept as a
+      `compaction` session holding only that call;
+    * any other subagent or fork file is a session of its own calls only; one with none
+      (every call copied) is dropped.
+    """
+
+    def __init__(self, hasher: Hasher) -> None:
+        self.hasher = hasher
+        self.token_cache: dict[int, int] = {}
+        self.sessions: list[Session] = []
+        self.stats: dict[str, int] = {}
+        #: message id -> (session index, request index) of the call's first appearance.
+        self.calls: dict[str, tuple[int, int]] = {}
+        self.nodes: set[str] = set()
+        #: Session index of each conversation file's session, by session id.
+        self.by_session_id: dict[str, int] = {}
+
+    def _count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+    def _split(self, f: _File) -> tuple[list[_Request], list[_Request]]:
+        own: list[_Request] = []
+        copied: list[_Request] = []
+        for req in f.calls():
+            (copied if req.message_id in self.calls else own).append(req)
+        return own, copied
+
+    def _copied_roots(self, f: _File, copied: list[_Request]) -> frozenset[str]:
+        """Compaction roots this file copied: known from an earlier file, or written before
+        its last copied call."""
+        r = f.reader
+        last = max((r.nodes[q.first_node].line for q in copied), default=0)
+        return frozenset(
+            u
+            for u, node in r.nodes.items()
+            if node.compaction_root and (u in self.nodes or node.line < last)
+        )
+
+    def _add(
+        self,
+        f: _File,
+        nodes: set[str],
+        requests: list[_Request],
+        *,
+        id: str,
+        kind: str,
+        parent: int,
+        copied_roots: frozenset[str] = frozenset(),
+    ) -> int:
+        ids = {s.id for s in self.sessions}
+        unique, j = id, 1
+        while unique in ids:
+            unique, j = f"{id}/{j}", j + 1
+        session, st = _build_session(
+            f.reader,
+            nodes,
+            self.hasher,
+            id=unique,
+            kind=kind,
+            parent=parent,
+            token_cache=self.token_cache,
+            requests=requests,
+            copied_roots=copied_roots,
+        )
+        add_counts(self.stats, st)
+        index = len(self.sessions)
+        self.sessions.append(session)
+        for k, req in enumerate(requests):
+            self.calls.setdefault(req.message_id, (index, k))
+        return index
+
+    def conversation(self, chain: list[_File]) -> None:
+        """A conversation: a session file and the files it resumes (`_resume_chains`), read
+        from the last of them, which holds every call of the others."""
+        f = chain[-1]
+        r = f.reader
+        self._count("files_resumed", len(chain) - 1)
+        earlier = [g.reader.requests for g in chain[:-1]]
+        self._count("calls_copied", sum(any(m in e for e in earlier) for m in r.requests))
+        _usage_from_originals(chain)
+        own, copied = self._split(f)
+        self._count("calls_copied", len(copied))
+        roots = self._copied_roots(f, copied)
+        parent = -1
+        if copied:
+            held = {m: s for m, (s, _) in self.calls.items()}
+            counts: dict[int, int] = {}
+            for req in copied:
+                counts[held[req.message_id]] = counts.get(held[req.message_id], 0) + 1
+            parent = max(sorted(counts), key=lambda s: counts[s])
+            if not own:
+                self._count("files_all_copied")
+                self.nodes.update(r.nodes)
+                return
+            self._count("sessions_forked")
+        main, sidechains = _split_sessions(r)
+        origin = chain[0].reader
+        main_id = (r.last_session_id if copied else origin.session_id) or chain[0].stem
+        own_ids = {q.message_id for q in own}
+        groups = [(main_id, "main", main)]
+        groups += [(f"{main_id}/sidechain-{j}", "subagent", g) for j, g in enumerate(sidechains)]
+        first = -1
         for sid, kind, nodes in groups:
-            parent = -1 if kind == "main" or not sessions else 0
-            session, st = _build_session(
-                reader, nodes, hasher, id=sid, kind=kind, parent=parent, token_cache=token_cache
+            mine = [q for q in r.request_order if r.requests[q].first_node in nodes]
+            requests = [r.requests[q] for q in mine if q in own_ids]
+            if mine and not requests:  # a copied sidechain: its calls are counted already
+                continue
+            at = self._add(
+                f,
+                nodes,
+                requests,
+                id=sid,
+                kind=kind,
+                parent=parent if kind == "main" else first,
+                copied_roots=roots,
             )
-            sessions.append(session)
-            add_counts(stats, st)
-    return unit_trace("claude-code", unit, contents, sessions, problems, stats)
+            if kind == "main":
+                first = at
+                names = {main_id, r.last_session_id}
+                if not copied:
+                    names |= {g.reader.session_id for g in chain}
+                    names |= {g.reader.last_session_id for g in chain}
+                for name in sorted(n for n in names if n):
+                    self.by_session_id.setdefault(name, at)
+        self.nodes.update(r.nodes)
+
+    def agent(self, f: _File) -> None:
+        """A subagent, aside-question or compaction file: its own calls only."""
+        r = f.reader
+        own, copied = self._split(f)
+        self._count("calls_copied", len(copied))
+        parent = self.by_session_id.get(r.session_id, 0 if self.sessions else -1)
+        if f.role == "compaction" and own and self._attach(own, copied):
+            self._count("compaction_calls_attached", len(own))
+            for req in own:
+                self.calls.setdefault(req.message_id, (-1, -1))
+            return
+        if not own and copied:
+            self._count("files_all_copied")
+            return
+        kind = "compaction" if f.role == "compaction" else "subagent"
+        if kind == "compaction":
+            self._count("compaction_calls_unattached", len(own))
+        roots = self._copied_roots(f, copied)
+        self._add(f, set(r.order), own, id=f.stem, kind=kind, parent=parent, copied_roots=roots)
+
+    def _attach(self, own: list[_Request], copied: list[_Request]) -> bool:
+        """Give the compaction that `own` (an acompact file's own calls) made its usage.
+
+        The compaction is the first event, without usage yet, of the session holding the
+        last call the file copied, at a later request than that call; without copied calls,
+        the first event without usage at or after the call's time in any session.
+        """
+        usage = _sum_usage(own)
+        if usage is None:
+            return False
+        if copied:
+            s, k = self.calls[copied[-1].message_id]
+            if s < 0:
+                return False
+            candidates = [(s, i) for i, e in enumerate(self.sessions[s].events) if e.request > k]
+        else:
+            start = own[0].line_ts
+            candidates = [
+                (s, i)
+                for s, session in enumerate(self.sessions)
+                for i, e in enumerate(session.events)
+                if e.ts >= start
+            ]
+            candidates.sort(key=lambda c: (self.sessions[c[0]].events[c[1]].ts, c))
+        for s, i in candidates:
+            event = self.sessions[s].events[i]
+            if event.call_usage is None:
+                self.sessions[s].events[i] = replace(event, call_usage=usage)
+                return True
+        return False
+
+
+def _usage_from_originals(chain: list[_File]) -> None:
+    """A call's usage as the file that made it logged it, not as a later copy did.
+
+    A copy can be written while the call is still streaming: in ../shared flutter-docker
+    aba9151e, the copy of 390ab778's last call logs zero usage where the original logs a
+    204,576-token cache read.
+    """
+    last = chain[-1].reader.requests
+    for g in reversed(chain[:-1]):
+        for mid, req in g.reader.requests.items():
+            copy = last.get(mid)
+            if copy is not None and req.usage is not None:
+                copy.usage = req.usage
+                copy.output = req.output
+
+
+def _sum_usage(requests: list[_Request]) -> tuple[int, int, int, int, int] | None:
+    """(input, cache read, cache write 5m, cache write 1h, output) summed over the calls
+    that logged usage (a compaction retried after an error is one compaction)."""
+    logged = [q for q in requests if q.usage is not None]
+    if not logged:
+        return None
+    total = [0, 0, 0, 0, 0]
+    for q in logged:
+        u = q.usage
+        assert u is not None
+        for j, v in enumerate((u.input, u.cache_read, u.cache_write_5m, u.cache_write_1h)):
+            total[j] += v
+        total[4] += max(q.output, u.output)
+    return total[0], total[1], total[2], total[3], total[4]
 
 
 def _numbered_tokens(chars: int, lines: int) -> int:

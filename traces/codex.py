@@ -25,8 +25,13 @@ Ordering of a request's items against its ``token_count`` (found in the real fil
 * Newer Codex (the 0.77 fixtures; the source records each item on ``OutputItemDone``): the
   response items of k stream out first, the ``token_count`` follows at
   ``response.completed``, and the tool outputs come after it (drained once the stream ends).
+* Codex 0.118 - 0.147 (the 2026 folders of shared/traces/codex): the same, except that the
+  outputs of the response's own calls (parallel ``exec_command``) can be written before
+  its ``token_count``. Those outputs are held back until the ``token_count`` (or anything
+  else) closes the response; without that, 20 responses of one agentv session lost their
+  usage to the next one and the anchoring met unexplained shrinks.
 
-One rule covers both: output items written without an input item between them form one
+One rule covers all three: output items written without an input item between them form one
 *response* (one request). A ``token_count`` belongs to the response still open before it
 (written since the last input item) when that response has no usage yet; otherwise it
 belongs to the next response after it (and if an input item, a compaction or the end of
@@ -57,20 +62,49 @@ its patch names; a shell command whose first simple command is ``cat``/``head``/
 ``sed -i`` and ``Set-Content`` write. Paths are kept as written (relative paths are not
 resolved against the working directory).
 
-Compaction (``compacted``): a SUMMARY block flagged ARTIFACT (plus the
-``replacement_history`` items when present, also ARTIFACT) enters at the next request,
-every earlier block gets ``compacted_at`` there, and a CompactionEvent (trigger "unknown":
-the line does not say) records it.
+Tool outputs (0.118+): a string (``exec_command`` writes a header, ``Chunk ID``, ``Wall
+time``, ``Process exited with code N``, then ``Output:``; the freeform shell ``Exit code:
+N``: a nonzero code in the header is ERROR), a list of ``input_text`` / ``input_image``
+items, or, for ``tool_search_output``, no ``output`` but the ``tools`` it loaded (their
+definitions enter the context: the block's text). A hosted ``web_search_call`` gets an
+INJECTED block for its unlogged results, in its own request only (`_search_results`).
+``agent_message`` items (0.147 multi-agent) are messages from another agent: user-role
+input, never HUMAN.
+
+Compaction (``compacted``): the ``replacement_history`` items (ARTIFACT) and a SUMMARY
+block (see `_compacted`) enter at the next request, every earlier block gets
+``compacted_at`` there, and a CompactionEvent records it: trigger "manual" or "auto" (see
+`_compaction_trigger`), ``pre_tokens`` the last recorded context before it. The
+``token_count`` Codex writes right after (zero last usage, totals unchanged) is a repeat.
+
+Window: Codex logs the input window it runs with as ``model_context_window`` in every
+``token_count`` ``info`` (also in ``task_started``, 0.118+, but that is written before the
+turn's ``turn_context`` names the turn's model, so it is not read). The first one logged
+while a model is current (the latest ``turn_context`` model) is that model's entry of
+`Session.context_windows` (-1 when none is): 258,400 on gpt-5.4-5.6 (95% of 272,000,
+openai/codex#19319), 121,600 on gpt-5.3-codex-spark (agentv, 0.142.2; 95% of its 128,000:
+genai-prices 0.2.3 does not list the model, so the model facts give it gpt-5's 272,000),
+and more where a larger window was configured (entirecontext, gpt-5.6-sol: 353,400 and
+874,950). One agentv session switches from spark to gpt-5.5 and its window from 121,600
+to 258,400, so the window is kept per model. A model whose logged window changes later
+is counted in ``context_window_changes`` (none in shared/traces/codex). The Codex policy
+compacts against these windows.
 
 Bad input is reported through Problems (strict: TraceError naming file and line; lenient:
 the line is skipped and counted). ``event_msg`` subtypes other than ``token_count`` are UI
 events and are ignored (counted in ``lines_ignored``) whatever their name, since Codex adds
-new ones often; unknown top-level and ``response_item`` types are reported
-(``ghost_snapshot`` and ``compaction`` items are client bookkeeping: counted, not blocks).
+new ones often. Top-level entry types other than the five above are metadata (0.147 writes
+``world_state``, a snapshot of what the client renders into the developer and user
+messages it also logs, and ``inter_agent_communication_metadata``): skipped and counted in
+``entries_not_context`` whatever their name, so a new one never stops an import. Unknown
+``response_item`` types are reported: they may be context (``ghost_snapshot`` and
+``compaction`` items are client bookkeeping: counted, not blocks). A line holding two
+entries back to back is read as both (`joined_entries`, counted in ``lines_joined``).
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shlex
@@ -94,6 +128,7 @@ from traces.builder import (
 from traces.errors import Problems
 from traces.jsonl import UNREADABLE, json_lines
 from traces.source import ImportUnit
+from traces.tokens import count_tokens
 
 TOP_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg", "compacted"})
 #: Response items the model produced (they make up a response).
@@ -132,6 +167,10 @@ INJECTED_PREFIXES = (
     "<collaboration_mode>",
     "<skill>",
     "<personality_spec>",
+    # 0.118+: a spawned agent's report, written by the client into the parent's history.
+    # Not the human: the replacement history of the one compaction after such reports
+    # (git-sync, 0.118) keeps all 9 human messages and none of the 12 notifications.
+    "<subagent_notification>",
 )
 
 #: Keys of token usage as Codex writes them.
@@ -190,6 +229,35 @@ def usage_from_openai(usage: Mapping[str, Any]) -> RecordedUsage:
         cache_write_1h=0,
         output=values["output_tokens"],
     )
+
+
+def joined_entries(raw: bytes) -> list[Any] | None:
+    """The entries of a line holding several JSON objects back to back, else None.
+
+    Found in a real 0.118 rollout: a write cut off before its newline is followed, when the
+    session resumes, by the next entry on the same line. Both entries are whole, so both are
+    read (and counted in ``lines_joined``); anything else on the line keeps it invalid.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    decoder = json.JSONDecoder()
+    entries: list[Any] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i == n:
+            break
+        try:
+            obj, i = decoder.raw_decode(text, i)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        entries.append(obj)
+    return entries if len(entries) > 1 else None
 
 
 def parse_ts(value: Any) -> int | None:
@@ -402,6 +470,9 @@ class _RolloutReader:
         self.stats: dict[str, int] = {
             "lines": 0,
             "lines_ignored": 0,
+            "lines_joined": 0,
+            "entries_not_context": 0,
+            "web_search_results": 0,
             "token_counts": 0,
             "token_counts_repeated": 0,
             "token_counts_empty": 0,
@@ -409,6 +480,7 @@ class _RolloutReader:
             "content_items_unknown": 0,
             "compactions": 0,
             "timestamps_clamped": 0,
+            "context_window_changes": 0,
         }
         self.session_id = ""
         self.version = ""
@@ -424,28 +496,60 @@ class _RolloutReader:
         self.run = -1
         self.run_owned = False
         self.run_blocks: list[_Output] = []
+        self.run_calls: set[str] = set()  # call ids of the open response's calls
+        #: Outputs of those calls written before the response's token_count (held back).
+        self.run_inputs: list[tuple[int, int, str, str, list[str], bool]] = []
         # A token_count that waits for the response after it: (usage, reasoning, ts).
         self.pending: tuple[RecordedUsage, int | None, int] | None = None
         self.last_total: tuple[Any, ...] | None = None
         self.last_context = -1
+        self.last_output = 0
+        #: Texts of the input items logged since the last token_count; and for the latest
+        #: request: (previous context, previous output, its context, its inputs' texts).
+        self.inputs: list[str] = []
+        self.interval: tuple[int, int, int, list[str]] = (-1, 0, -1, [])
         self.thinking: list[int] = []  # THINKING blocks not yet dropped by a user turn
         self.live_from = 0  # first block not yet compacted away by a recorded compaction
+        self.task_items: int | None = None  # response items since the last task_started
+        self.windows: dict[str, int] = {}  # model -> the first model_context_window logged
+        self.window_last: dict[str, int] = {}  # model -> the latest one
         self._parse(data)
 
     # -- driver -------------------------------------------------------------------------
 
     def _parse(self, data: bytes) -> None:
-        for lineno, _, obj in json_lines(data, self._report):
+        invalid: list[tuple[int, str]] = []  # invalid-json reports held back: maybe joined
+
+        def report(line: int, category: str, message: str) -> None:
+            if category == "invalid-json":
+                invalid.append((line, message))
+            else:
+                self._report(line, category, message)
+
+        for lineno, raw, obj in json_lines(data, report):
             self.stats["lines"] += 1
+            entries = [obj]
             if obj is UNREADABLE:
-                continue
-            try:
-                self._line(lineno, obj)
-            except _BadLine as bad:
-                self._report(lineno, bad.category, bad.message)
-            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-                # A structure no check above foresaw: still a located report, never a crash.
-                self._report(lineno, "malformed", f"unexpected structure ({type(exc).__name__})")
+                if not invalid or invalid[-1][0] != lineno:
+                    continue
+                message = invalid.pop()[1]
+                joined = joined_entries(raw)
+                if joined is None:
+                    self._report(lineno, "invalid-json", message)
+                    continue
+                self.stats["lines_joined"] += 1
+                entries = joined
+            for entry in entries:
+                self._entry(lineno, entry)
+
+    def _entry(self, lineno: int, obj: Any) -> None:
+        try:
+            self._line(lineno, obj)
+        except _BadLine as bad:
+            self._report(lineno, bad.category, bad.message)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            # A structure no check above foresaw: still a located report, never a crash.
+            self._report(lineno, "malformed", f"unexpected structure ({type(exc).__name__})")
 
     def _report(self, line: int, category: str, message: str) -> None:
         self.problems.report(self.label, line, category, message)
@@ -459,7 +563,10 @@ class _RolloutReader:
         if not isinstance(kind, str):
             raise _BadLine("wrong-type", "entry 'type' is not a string")
         if kind not in TOP_TYPES:
-            raise _BadLine("unknown-type", f"unknown entry type {kind[:40]!r}")
+            # Metadata entries (world_state, inter_agent_communication_metadata, ...): the
+            # context they describe is logged as response items of its own.
+            self.stats["entries_not_context"] += 1
+            return
         payload = obj.get("payload")
         if payload is None:
             raise _BadLine("missing-field", "entry has no 'payload'")
@@ -484,10 +591,15 @@ class _RolloutReader:
                 raise _BadLine("missing-field", "event_msg payload has no 'type'")
             if sub == "token_count":
                 self._token_count(ts, payload)
+            elif sub == "task_started":
+                self.task_items = 0
+                self.stats["lines_ignored"] += 1
             else:
                 self.stats["lines_ignored"] += 1
         elif kind == "response_item":
             self._response_item(lineno, ts, payload)
+            if self.task_items is not None:
+                self.task_items += 1
         else:
             self._compacted(ts, payload)
 
@@ -531,6 +643,9 @@ class _RolloutReader:
             share, extra = divmod(reasoning, len(thinking))
             for j, o in enumerate(thinking):
                 o.tokens = share + (1 if j < extra else 0)
+        searches = [o.text for o in self.run_blocks if o.tool == "web_search"]
+        if searches and self.requests[k].usage is not None:
+            self._search_results(k, "\n".join(searches))
         for o in self.run_blocks:
             idx = self.b.add_block(
                 msg=self.msg,
@@ -551,6 +666,45 @@ class _RolloutReader:
         self.run = -1
         self.run_owned = False
         self.run_blocks = []
+        self.run_calls = set()
+        inputs, self.run_inputs = self.run_inputs, []
+        for args in inputs:
+            self._add_tool_output(*args)
+
+    def _search_results(self, k: int, queries: str) -> None:
+        """The results of a hosted web search: in request k's context only.
+
+        The server runs ``web_search_call`` inside the response and feeds the results to the
+        model there; the rollout logs the call's action, never the results, and the next
+        request does not resend them. In shared/traces/codex (git-sync, 0.118-0.120) a
+        request with searches grows by 4-12k tokens more than its logged input explains and
+        the next one drops back by as much (the drops the anchoring could not place before),
+        and its cache read stops before where the results were. So an INJECTED block enters
+        at k and leaves at k+1, weighted by that unexplained growth (recorded context minus
+        the previous context, the previous response and the raw tokens of the inputs logged
+        since), so that the anchoring gives it the growth and takes it back as it leaves.
+        """
+        self.stats["web_search_results"] += 1
+        block = self.b.add_block(
+            msg=self.msg,
+            kind=Kind.INJECTED,
+            role=Role.USER,
+            text=queries,
+            ts=self.requests[k].ts,
+            first_request=k,
+            tool="web_search",
+            tokens=self._unexplained_growth(),
+        )
+        self.b.hide(block, k + 1)
+
+    def _unexplained_growth(self) -> int | None:
+        """What the latest request's context grew by beyond the previous context, the
+        previous response and the inputs logged since (None when unknown or not positive)."""
+        before, output, context, texts = self.interval
+        if before < 0:
+            return None
+        grown = context - before - output - sum(count_tokens(t) for t in texts)
+        return grown if grown > 0 else None
 
     def _before_input(self) -> int:
         """Close the open response; the input that follows is seen first by the next request."""
@@ -560,6 +714,8 @@ class _RolloutReader:
 
     def _output(self, ts: int, out: _Output) -> None:
         """Add an output item to the open response, opening one if needed."""
+        if self.run >= 0 and self.run_inputs:  # tool outputs came between: a new response
+            self._close_run()
         if self.run < 0:
             self.msg += 1
             if self.pending is not None:
@@ -572,6 +728,18 @@ class _RolloutReader:
                 self.run_owned = False
         self.run_blocks.append(out)
 
+    def _window(self, value: Any) -> None:
+        """Keep the first positive ``model_context_window`` of the current model; count
+        each later change of it."""
+        window = _count(value)
+        if not window:
+            return
+        model = self.model or "unknown"
+        self.windows.setdefault(model, window)
+        if self.window_last.setdefault(model, window) != window:
+            self.stats["context_window_changes"] += 1
+            self.window_last[model] = window
+
     def _token_count(self, ts: int, payload: dict[str, Any]) -> None:
         info = payload.get("info")
         if info is None:
@@ -579,6 +747,7 @@ class _RolloutReader:
             return
         if not isinstance(info, dict):
             raise _BadLine("wrong-type", "token_count 'info' is not an object")
+        self._window(info.get("model_context_window"))
         total = info.get("total_token_usage")
         last = info.get("last_token_usage")
         if total is None or last is None:
@@ -598,7 +767,10 @@ class _RolloutReader:
             return
         self.last_total = key
         self.stats["token_counts"] += 1
+        self.interval = (self.last_context, self.last_output, usage.context, self.inputs)
+        self.inputs = []
         self.last_context = usage.context
+        self.last_output = usage.output
         if self.run >= 0 and not self.run_owned:  # items-first ordering (newer Codex)
             self.requests[self.run].usage = usage
             self.requests[self.run].reasoning = reasoning
@@ -618,6 +790,8 @@ class _RolloutReader:
             raise _BadLine("wrong-type", "response_item 'type' is not a string")
         if kind == "message":
             self._message(ts, p)
+        elif kind == "agent_message":  # 0.147 multi-agent: a message from another agent
+            self._message(ts, {**p, "role": "user"}, human=False)
         elif kind in OUTPUT_ITEMS:
             self._output_item(ts, kind, p)
         elif kind in INPUT_ITEMS:
@@ -627,7 +801,7 @@ class _RolloutReader:
         else:
             raise _BadLine("unknown-type", f"unknown response_item type {kind[:40]!r}")
 
-    def _message(self, ts: int, p: dict[str, Any]) -> None:
+    def _message(self, ts: int, p: dict[str, Any], *, human: bool = True) -> None:
         role = p.get("role")
         if not isinstance(role, str):
             raise _BadLine("missing-field", "message has no 'role'")
@@ -650,8 +824,9 @@ class _RolloutReader:
                 self.b.hide(block, k)
             self.thinking = []
             head = next((text for kind, text in parts if kind == Kind.TEXT), "")
-            if not head.lstrip().startswith(INJECTED_PREFIXES):
+            if human and not head.lstrip().startswith(INJECTED_PREFIXES):
                 flags = Flag.HUMAN
+        self.inputs.extend(text for kind, text in parts if kind == Kind.TEXT)
         for kind, text in parts:
             self.b.add_block(
                 msg=self.msg,
@@ -729,16 +904,33 @@ class _RolloutReader:
             self.calls[call_id] = _Call(key, name, flags, path)
         out = _Output(Kind.TOOL_USE, text, ts, tool=name, flags=flags, path=path, use_id=key)
         self._output(ts, out)
+        if call_id:
+            self.run_calls.add(call_id)
 
     def _tool_output(self, lineno: int, ts: int, p: dict[str, Any]) -> None:
         call_id = p.get("call_id")
         if not isinstance(call_id, str):
             raise _BadLine("missing-field", "tool output has no 'call_id'")
-        if "output" not in p:
+        if "output" in p and p["output"] is not None:
+            text, images, failed = _output_text(p["output"])
+        elif isinstance(p.get("tools"), list):  # tool_search_output: the tools it loaded
+            text = orjson.dumps(p["tools"], option=orjson.OPT_SORT_KEYS).decode()
+            images, failed = [], p.get("status") not in (None, "completed")
+        else:
             raise _BadLine("missing-field", "tool output has no 'output'")
-        text, images, failed = _output_text(p["output"])
+        if self.run >= 0 and not self.run_owned and call_id in self.run_calls:
+            # 0.14x: the outputs of the open response's own calls can be written before its
+            # token_count; they wait, so that the token_count still finds its response.
+            self.run_inputs.append((lineno, ts, call_id, text, images, failed))
+            return
+        self._add_tool_output(lineno, ts, call_id, text, images, failed)
+
+    def _add_tool_output(
+        self, lineno: int, ts: int, call_id: str, text: str, images: list[str], failed: bool
+    ) -> None:
         k = self._before_input()
         self.msg += 1
+        self.inputs.append(text)
         call = self.calls.get(call_id)
         if call is None:
             self._report(lineno, "orphan-tool-result", "tool output has no matching call")
@@ -775,6 +967,16 @@ class _RolloutReader:
             )
 
     def _compacted(self, ts: int, p: dict[str, Any]) -> None:
+        """A recorded compaction: the replacement history enters, everything before leaves.
+
+        The summary block is the ``message`` when it has text (older Codex), else the
+        ``compaction`` item of the replacement history (0.141+ remote compaction: an opaque
+        ``encrypted_content`` handle of about 150 characters, sized 0 here), else an empty
+        SUMMARY block: in 0.118-0.140 the history holds only the kept messages, the summary
+        is not logged. Either way the builder sizes the kept messages from their text and
+        books the rest of the recorded context after as an INJECTED artifact (the unlogged
+        summary), as it does for Claude Code's compactions.
+        """
         message = p.get("message")
         history = p.get("replacement_history")
         if message is None and history is None:
@@ -783,47 +985,62 @@ class _RolloutReader:
             raise _BadLine("wrong-type", "compacted 'message' is not a string")
         if history is not None and not isinstance(history, list):
             raise _BadLine("wrong-type", "compacted 'replacement_history' is not a list")
+        trigger = self._compaction_trigger()
         k = self._before_input()
         self.msg += 1
         start = self.b.n_blocks
         summary = -1
+        items = [item for item in history or [] if isinstance(item, dict)]
         if message:
-            summary = self.b.add_block(
-                msg=self.msg,
-                kind=Kind.SUMMARY,
-                role=Role.USER,
-                text=message,
-                ts=ts,
-                first_request=k,
-                flags=Flag.ARTIFACT,
-            )
-        for item in history or []:
-            if not isinstance(item, dict):
-                continue
+            summary = self._artifact(Kind.SUMMARY, Role.USER, message, ts, k)
+        for item in items:
             kind, role, text = _history_item(item)
-            idx = self.b.add_block(
-                msg=self.msg,
-                kind=kind,
-                role=role,
-                text=text,
-                ts=ts,
-                first_request=k,
-                flags=Flag.ARTIFACT,
-            )
-            if summary < 0:
-                summary = idx
+            if kind == Kind.SUMMARY and summary < 0:
+                summary = self._artifact(kind, role, text, ts, k, tokens=0)
+            else:
+                self._artifact(kind, role, text, ts, k)
+        if summary < 0:
+            summary = self._artifact(Kind.SUMMARY, Role.USER, "", ts, k, tokens=0)
         for block in range(self.live_from, start):
             self.b.compact_away(block, k)
         self.live_from = start
         self.stats["compactions"] += 1
         event = CompactionEvent(
             request=k,
-            trigger="unknown",
+            trigger=trigger,
             pre_tokens=self.last_context,
             summary_block=summary,
             ts=ts,
         )
         self.b.add_event(event)
+
+    def _artifact(
+        self, kind: Kind, role: Role, text: str, ts: int, k: int, tokens: int | None = None
+    ) -> int:
+        return self.b.add_block(
+            msg=self.msg,
+            kind=kind,
+            role=role,
+            text=text,
+            ts=ts,
+            first_request=k,
+            flags=Flag.ARTIFACT,
+            tokens=tokens,
+        )
+
+    def _compaction_trigger(self) -> str:
+        """ "manual" for a compaction that is a task of its own, else "auto".
+
+        Codex 0.118+ opens every task with ``task_started``. ``/compact`` runs as a task with
+        no input and no model output before the ``compacted`` entry (the one such case in
+        shared/traces/codex, agentv 0.142.5, ends with ``task_complete`` right after it, at
+        73% of the window: below any automatic limit); the automatic compaction runs inside
+        a user's task, after that task's messages or tool outputs (19 of 20 recorded ones,
+        all mid-turn, at 81-93% of the window). Without ``task_started`` it is "unknown".
+        """
+        if self.task_items is None:
+            return "unknown"
+        return "manual" if self.task_items == 0 else "auto"
 
     # -- finishing ----------------------------------------------------------------------
 
@@ -842,6 +1059,8 @@ class _RolloutReader:
                 self.stats["requests_without_usage"] += 1
             self.b.add_request(ts=req.ts, model=req.model, usage=req.usage)
         session = self.b.finish(token_cache)
+        if self.windows:
+            session.context_windows = [self.windows.get(m, -1) for m in session.models]
         add_counts(self.stats, self.b.stats)
         return session
 
@@ -854,6 +1073,7 @@ def _output_text(output: Any) -> tuple[str, list[str], bool]:
         failed = output.get("success") is False
         output = output.get("content", output.get("output", ""))
     if isinstance(output, str):
+        failed = failed or _header_exit_code(output) not in (None, 0)
         if output.startswith('{"output"'):
             try:
                 parsed = orjson.loads(output)
@@ -876,10 +1096,30 @@ def _output_text(output: Any) -> tuple[str, list[str], bool]:
                 text = item.get("text")
                 if isinstance(text, str):
                     parts.append(text)
-        return "\n".join(parts), images, failed
+        text = "\n".join(parts)
+        failed = failed or _header_exit_code(text) not in (None, 0)
+        return text, images, failed
     if output is None:
         return "", images, failed
     raise _BadLine("wrong-type", "tool 'output' is neither text nor a list")
+
+
+_EXIT_LINE = re.compile(r"^(?:Process exited with code|Exit code:) (\d+)\s*$")
+
+
+def _header_exit_code(text: str) -> int | None:
+    """Exit code in the header Codex 0.118+ puts before a command's ``Output:`` line.
+
+    ``exec_command`` writes ``Process exited with code N``, the freeform shell ``Exit code:
+    N``; only the header is read, so a command that prints such a line is not misread.
+    """
+    for line in text[:1000].split("\n")[:8]:
+        if line.startswith("Output:"):
+            return None
+        m = _EXIT_LINE.match(line)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def _history_item(item: dict[str, Any]) -> tuple[Kind, Role, str]:
@@ -902,7 +1142,7 @@ def _history_item(item: dict[str, Any]) -> tuple[Kind, Role, str]:
         return Kind.TOOL_RESULT, Role.USER, text
     if kind == "reasoning":
         return Kind.THINKING, Role.ASSISTANT, ""
-    enc = item.get("encrypted_content")
+    enc = item.get("encrypted_content")  # a "compaction" item: the server-side summary
     return Kind.SUMMARY, Role.USER, enc if isinstance(enc, str) else ""
 
 

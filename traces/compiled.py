@@ -46,7 +46,7 @@ from traces.errors import TraceError
 
 FORMAT_NAME = "ctxsim compiled trace"
 #: Bumped on any change to the entries, columns, column types or meta.json fields.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 SUFFIX = ".ctxt"
 
 META = "meta.json"
@@ -93,7 +93,12 @@ def _arrow_schema(columns: dict[str, Any]) -> pa.Schema:
 BLOCKS_SCHEMA = _arrow_schema(BLOCK_COLUMNS)
 REQUESTS_SCHEMA = _arrow_schema(REQUEST_COLUMNS)
 #: Version 1 had no `ts_end` (a response's end); reading one, it defaults to `ts`.
-REQUESTS_SCHEMA_V1 = _arrow_schema({k: v for k, v in REQUEST_COLUMNS.items() if k != "ts_end"})
+REQUESTS_SCHEMA_V1 = _arrow_schema(
+    {k: v for k, v in REQUEST_COLUMNS.items() if k not in ("ts_end", "prefix")}
+)
+#: Versions 1 to 3 had no per-request `prefix`; reading one, it is -1 (the session's
+#: `prefix_tokens`) throughout.
+REQUESTS_SCHEMA_V3 = _arrow_schema({k: v for k, v in REQUEST_COLUMNS.items() if k != "prefix"})
 #: Versions 1 and 2 had no `file_tokens`; reading one, it is -1 (unknown) throughout.
 BLOCKS_SCHEMA_V2 = _arrow_schema({k: v for k, v in BLOCK_COLUMNS.items() if k != "file_tokens"})
 
@@ -181,11 +186,13 @@ def _meta(trace: Trace) -> bytes:
                     "pre_tokens": operator.index(e.pre_tokens),
                     "summary_block": operator.index(e.summary_block),
                     "ts": operator.index(e.ts),
+                    **_call_usage_meta(e.call_usage),
                 }
                 for e in s.events
             ],
             "n_blocks": len(s.blocks),
             "n_requests": len(s.requests),
+            **_context_windows_meta(s.context_windows),
         }
         for s in trace.sessions
     ]
@@ -263,7 +270,14 @@ def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> 
     n_requests = np.array([s["n_requests"] for s in sessions_meta], dtype=np.int64)
     blocks_schema = BLOCKS_SCHEMA_V2 if meta["version"] < 3 else BLOCKS_SCHEMA
     blocks = _read_table(entries[BLOCKS], BLOCKS, blocks_schema, n_blocks, label)
-    request_schema = REQUESTS_SCHEMA_V1 if meta["version"] == 1 else REQUESTS_SCHEMA
+    version = meta["version"]
+    request_schema = (
+        REQUESTS_SCHEMA_V1
+        if version == 1
+        else REQUESTS_SCHEMA_V3
+        if version < 4
+        else REQUESTS_SCHEMA
+    )
     requests = _read_table(entries[REQUESTS], REQUESTS, request_schema, n_requests, label)
     sessions = [
         Session(
@@ -277,6 +291,7 @@ def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> 
             blocks=Columns(BLOCK_COLUMNS, b),
             requests=Columns(REQUEST_COLUMNS, r),
             events=s["events"],
+            context_windows=s["context_windows"],
         )
         for s, b, r in zip(sessions_meta, blocks, requests, strict=True)
     ]
@@ -372,6 +387,44 @@ def _list(obj: dict[str, Any], key: str, where: str, label: str) -> list[Any]:
     return value
 
 
+def _context_windows_meta(windows: list[int]) -> dict[str, list[int]]:
+    """A session's `context_windows` entry: absent when the recording logged none."""
+    return {"context_windows": [operator.index(w) for w in windows]} if windows else {}
+
+
+def _context_windows(s: dict[str, Any], where: str, label: str) -> list[int]:
+    """A session's optional `context_windows` (version 4 on): one window per model, each
+    positive or -1 (none logged for that model)."""
+    if "context_windows" not in s:
+        return []
+    v = s["context_windows"]
+    n_models = len(s.get("models", []))
+    if (
+        not isinstance(v, list)
+        or len(v) != n_models
+        or not all(isinstance(w, int) and not isinstance(w, bool) for w in v)
+        or any(w == 0 or w < -1 for w in v)
+    ):
+        raise _fail(label, f"{where}context_windows is not one window (or -1) per model")
+    return list(v)
+
+
+def _call_usage_meta(usage: tuple[int, int, int, int, int] | None) -> dict[str, list[int]]:
+    """An event's `call_usage` entry: absent when the recording logged no compaction call."""
+    return {} if usage is None else {"call_usage": [operator.index(v) for v in usage]}
+
+
+def _call_usage(e: dict[str, Any], where: str, label: str) -> tuple[int, int, int, int, int] | None:
+    """An event's optional `call_usage`: five non-negative counts (version 4 on)."""
+    if "call_usage" not in e:
+        return None
+    v = e["call_usage"]
+    ok = isinstance(v, list) and len(v) == 5
+    if not ok or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+        raise _fail(label, f"{where}call_usage is not five counts")
+    return v[0], v[1], v[2], v[3], v[4]
+
+
 def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
     """The validated meta.json, with every field present and of the right type."""
     try:
@@ -416,6 +469,7 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
                     pre_tokens=_int(e, "pre_tokens", ew, label),
                     summary_block=_int(e, "summary_block", ew, label),
                     ts=_int(e, "ts", ew, label),
+                    call_usage=_call_usage(e, ew, label),
                 )
             )
         session: dict[str, Any] = {
@@ -429,6 +483,7 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
             "events": events,
             "n_blocks": _int(s, "n_blocks", where, label),
             "n_requests": _int(s, "n_requests", where, label),
+            "context_windows": _context_windows(s, where, label),
         }
         if session["n_blocks"] < 0 or session["n_requests"] < 0:
             raise _fail(label, f"{where}n_blocks and n_requests must not be negative")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import orjson
 
 from simulator.model import Trace
 from traces import claude_code, codex, compiled, swe_agent
@@ -55,6 +58,14 @@ class Loaded:
         self.skipped = dict(trace.skipped if trace is not None else skipped or {})
 
     @property
+    def stats(self) -> dict[str, int]:
+        """The reader's counters (lines read, metadata lines, copied calls...), read from
+        meta.json alone for a cache hit not yet decoded."""
+        if self._trace is not None or self._path is None:
+            return dict(self.trace.stats)
+        return _meta_stats(self._path)
+
+    @property
     def trace(self) -> Trace:
         if self._trace is None:
             assert self._path is not None
@@ -68,6 +79,64 @@ class Loaded:
                 return self._path.read_bytes()
             self._data = compiled.to_bytes(self.trace)
         return self._data
+
+
+def _meta_stats(path: Path) -> dict[str, int]:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            meta = orjson.loads(zf.read(compiled.META))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, orjson.JSONDecodeError):
+        return {}
+    stats = meta.get("stats") if isinstance(meta, dict) else None
+    if not isinstance(stats, dict):
+        return {}
+    return {str(k): v for k, v in stats.items() if isinstance(v, int)}
+
+
+#: Reader counters of lines skipped as having no bearing on the context: Claude Code's
+#: metadata entries (traces/claude_code.py), Codex's UI events and bookkeeping items
+#: (`lines_ignored`) and its metadata entry types (`entries_not_context`, traces/codex.py).
+METADATA_COUNTERS = ("lines_metadata", "lines_ignored", "entries_not_context")
+
+
+@dataclass
+class InputTally:
+    """What a command read, skipped and passed over: the one line every command prints.
+
+    Metadata lines (entries with no bearing on the context, traces/claude_code.py) and
+    client-error lines (`<synthetic>`) are skipped in strict mode too; damaged lines only
+    under --lenient (strict mode stops at the first). A call copied from another file of
+    the unit (a resume, a fork) is counted once; files that hold no trace of a known format
+    are passed over.
+    """
+
+    traces: int = 0
+    metadata_lines: int = 0
+    error_lines: int = 0
+    damaged: int = 0
+    copied_calls: int = 0
+    passed_over: int = 0
+
+    def add(self, item: Loaded) -> None:
+        stats = item.stats
+        self.traces += 1
+        self.metadata_lines += sum(stats.get(key, 0) for key in METADATA_COUNTERS)
+        self.error_lines += stats.get("lines_synthetic", 0)
+        self.copied_calls += stats.get("calls_copied", 0)
+        self.damaged += sum(item.skipped.values())
+
+    def line(self, *, lenient: bool) -> str:
+        skipped = self.metadata_lines + self.error_lines
+        parts = [
+            f"input: {self.traces} trace(s)",
+            f"skipped {skipped} line(s) ({self.metadata_lines} metadata, "
+            f"{self.error_lines} client-error)",
+        ]
+        if lenient:
+            parts.append(f"{self.damaged} damaged line(s) skipped (--lenient)")
+        parts.append(f"{self.copied_calls} copied call(s) counted once")
+        parts.append(f"passed over {self.passed_over} file(s) holding no trace of a known format")
+        return "; ".join(parts)
 
 
 def compiled_name(unit: ImportUnit, digest: str) -> str:

@@ -1,9 +1,9 @@
 """Source files: reading (plain or gzip), digests, and grouping files into import units.
 
-An import unit is what compiles into one Trace: a session file with its subagent files, a
-Codex rollout, or a SWE-agent trajectory. Files are named by a *label* (their path relative
-to the argument the user gave) in messages and never by their absolute path, so nothing
-the project writes carries a machine's directory layout.
+An import unit is what compiles into one Trace: a session file with its subagent,
+compaction and resumed files, a Codex rollout, or a SWE-agent trajectory. Files are named
+by a *label* (their path relative to the argument the user gave) in messages and never by
+their absolute path, so nothing the project writes carries a machine's directory layout.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ class ImportUnit:
 
     format: str
     files: list[SourceFile]
-    #: Role of each file beyond the first: "subagent" or "compaction".
+    #: Role of each file beyond the first: "resume" (a session file that repeats calls of
+    #: another, traces/discover.py), "subagent" or "compaction".
     roles: list[str] = field(default_factory=list)
     _memo: tuple[int, str, bytes] | None = field(default=None, repr=False, compare=False)
 

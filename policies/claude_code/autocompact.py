@@ -19,16 +19,20 @@ recently touched files (5,000 tokens each, 50,000 in all) at their whole size as
 transcript shows it (a Read result scaled to the file's line count, a Write's content, the
 file after an Edit: `Session.blocks["file_tokens"]`), and invoked skills; the policy adds
 the measured rest (policies/calibration/README.md: 1.0.53's restores are this rule within
-a few hundred tokens in four of six compactions).
+a few hundred tokens in four of six compactions). 2.1.2xx keeps the newest API-round
+group verbatim after the summary (`autocompact.preserve_tail_groups`) and does not attach
+the first message again (preset claude-code@2.1.221).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from policies.calibration.summary import recent_file_sizes, summary_tokens
+from policies.claude_code.settings import env_truthy, pct_share
 from policies.conversation import Conversation
 from simulator.model import Kind
 from simulator.view import View, chain
@@ -64,15 +68,21 @@ def limits_for(
     fraction: float | None,
     warning_offset: int,
     blocking_offset: int,
+    pct: float | None = None,
 ) -> Limits:
     """Autocompact's thresholds on a window: the reserve is the output the summary may need
     (`max_output`, never more than the model can write, capped at `reserve_cap`); the
-    threshold is the effective window less `buffer`, or `fraction` of it. One function, so
-    the charts draw the lines the policy uses."""
+    threshold is the effective window less `buffer`, or `fraction` of it (1.0.x). `pct`
+    (CLAUDE_AUTOCOMPACT_PCT_OVERRIDE as a share) can only lower the threshold:
+    min(floor(effective x pct), effective - buffer) (the client's Math.min, claude-code#31806;
+    the 2.1.221 decompile in BaseInfinity/claude-sdlc-harness#520). One function, so the
+    charts draw the lines the policy uses."""
     out = max_output if model_max_output is None else min(max_output, model_max_output)
     reserve = out if reserve_cap is None else min(out, reserve_cap)
     effective = window - reserve
     threshold = effective - buffer if fraction is None else int(fraction * effective)
+    if pct is not None:
+        threshold = min(math.floor(effective * pct), threshold)
     return Limits(
         window,
         reserve,
@@ -85,11 +95,27 @@ def limits_for(
 
 class Autocompact:
     def __init__(self, p: dict[str, Any]) -> None:
-        self.enabled = bool(p["autocompact.enabled"])
+        # Off by the stage switch or by Claude Code's own settings: the autoCompactEnabled
+        # setting, DISABLE_AUTO_COMPACT, or DISABLE_COMPACT (which also refuses /compact).
+        self.enabled = (
+            bool(p["autocompact.enabled"])
+            and env_truthy(p["autoCompactEnabled"])
+            and not env_truthy(p["DISABLE_AUTO_COMPACT"])
+            and not env_truthy(p["DISABLE_COMPACT"])
+        )
+        self.pct = pct_share(p["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"], str(p["autocompact.pct_format"]))
+        self.thrash_enabled = bool(p["autocompact.thrashing.enabled"])
+        self.thrash_turns = int(p["autocompact.thrashing.requests"])
+        self.thrash_times = int(p["autocompact.thrashing.times"])
+        self._last_auto: int | None = None
+        self._rapid = 0
         self.buffer = int(p["autocompact.buffer_tokens"])
         fraction = p["autocompact.threshold_fraction"]
         self.fraction = None if fraction is None else float(fraction)
-        self.max_output = int(p["autocompact.max_output_tokens"])
+        env_output = p["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]
+        self.max_output = int(
+            p["autocompact.max_output_tokens"] if env_output is None else env_output
+        )
         cap = p["autocompact.reserve_cap_tokens"]
         self.reserve_cap = None if cap is None else int(cap)
         self.warning_offset = int(p["autocompact.warning_offset_tokens"])
@@ -107,6 +133,7 @@ class Autocompact:
         self.skills_tokens = int(p["autocompact.skills_tokens"])
         self.extra_tokens = int(p["autocompact.restore_extra_tokens"])
         self.reattach_first_message = bool(p["autocompact.reattach_first_message"])
+        self.preserve_groups = int(p["autocompact.preserve_tail_groups"])
         self.sm_enabled = bool(p["autocompact.session_memory.enabled"])
         self.sm_min_tail = int(p["autocompact.session_memory.min_tail_tokens"])
         self.sm_min_text = int(p["autocompact.session_memory.min_tail_text_messages"])
@@ -127,7 +154,25 @@ class Autocompact:
             fraction=self.fraction,
             warning_offset=self.warning_offset,
             blocking_offset=self.blocking_offset,
+            pct=self.pct,
         )
+
+    def thrashing(self, k: int) -> bool:
+        """Count an auto-compaction at request k; True when it makes the thrashing detector
+        turn autocompact off: the context refilled to the threshold within `requests`
+        requests of the previous compaction, `times` times in a row ("Autocompact is
+        thrashing: the context refilled to the limit within 3 turns of the previous
+        compact, 3 times in a row", from 2.1.144: claude-code#60485, #60600, #82131;
+        jundot/omlx#2400 saw it disable auto-compact for the rest of the session)."""
+        if not self.thrash_enabled:
+            return False
+        last, self._last_auto = self._last_auto, k
+        rapid = last is not None and k - last <= self.thrash_turns
+        self._rapid = self._rapid + 1 if rapid else 0
+        if self._rapid >= self.thrash_times and not self.tripped:
+            self.tripped = True
+            return True
+        return False
 
     def due(self, estimate: int, limits: Limits) -> bool:
         return self.enabled and not self.tripped and estimate >= limits.threshold
@@ -227,7 +272,15 @@ class Autocompact:
         """The conversation after compaction: the summary, then what the client attaches:
         restored files, skills, the calibrated rest and (2.x) the first-message context;
         or, for a recorded compaction, the `attached` tokens it showed."""
-        keys = [conv.add_synthetic(summary, "summary", self.compactions)]
+        preserved: list[int] = []
+        if attached is None and self.preserve_groups > 0:
+            # 2.1.2xx keeps the newest messages verbatim (compactMetadata.preservedSegment:
+            # 3-7 messages after flutter-docker's auto-compactions, about one API round).
+            groups = conv.groups()
+            if self.preserve_groups <= len(groups):
+                cut = groups[-self.preserve_groups]
+                preserved = [k for k in conv.items[cut:] if k >= 0]
+        keys = [conv.add_synthetic(summary, "summary", self.compactions), *preserved]
         if attached is None:
             for tokens in self._restored(conv):
                 keys.append(conv.add_synthetic(tokens, "restored", self.compactions))

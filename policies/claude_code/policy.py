@@ -8,10 +8,18 @@ what a Claude Code version did:
 * `claude-code@1.0`: 1.0.x: no tool-result budget yet; otherwise as 2.1.6.
 * `claude-code@2.1.6`: the 2.1.5-2.1.9 behaviour: the autocompact reserve is the whole
   32,000-token max output, so compaction near 155k on a 200k window; 5-minute cache TTL.
-* `claude-code@2.1.88`: reserve min(max output, 20,000), compaction at 167k; the stages
-  gated off by default (snip, time-based and cached microcompact, collapse, the
-  per-message budget, session memory) stay off; cache TTL as the recording wrote it.
-* `claude-code`: the newest preset.
+* `claude-code@2.1.88`: 2.1.10-2.1.91: reserve min(max output, 20,000), compaction at 167k,
+  on at most 200k even on a 1M model; the stages gated off by default (snip, time-based
+  and cached microcompact, collapse, the per-message budget, session memory) stay off;
+  cache TTL as the recording wrote it.
+* `claude-code@2.1.92`: 2.1.92-2.1.143: 1M windows in full, Opus 4.6's capped at 400k.
+* `claude-code@2.1.144`: 2.1.144-2.1.199: plus the thrashing detector.
+* `claude-code@2.1.221`: 2.1.200 on: CLAUDE_CODE_AUTO_COMPACT_WINDOW's clamp and its
+  100k-199k hole, sonnet-5's 967k; `claude-code@latest` is this newest preset.
+* `claude-code`: each session under the preset of its own recorded version.
+
+Claude Code's settings are parameters under their real names (settings.py), so
+`-P CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60` is the what-if of that line in a settings.json.
 
 The agent's actions are replayed unchanged (open loop); the policy decides only what each
 request sends: the conversation it keeps (policies/conversation.py), rewritten
@@ -22,15 +30,26 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import ConversationSession, ttl_ms
 from policies.calibration.summary import BEYOND_FILE_RULE, compaction_output_tokens
 from policies.claude_code.autocompact import Autocompact, Limits
 from policies.claude_code.budget import Budget
 from policies.claude_code.collapse import Collapse
 from policies.claude_code.microcompact import Microcompact
+from policies.claude_code.params import PARAMS
 from policies.claude_code.recorded import recorded_compactions
+from policies.claude_code.settings import client_window, env_truthy
 from policies.claude_code.snip import Snip
-from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
+from simulator.params import Declarations
+from simulator.policy import (
+    Call,
+    Emitter,
+    Policy,
+    PolicySpec,
+    SessionContext,
+    SessionPolicy,
+    register,
+)
 from simulator.view import Breakpoint, View, chain
 
 COMPACTABLE_TOOLS = [
@@ -93,6 +112,7 @@ BASE: dict[str, Any] = {
     "autocompact.restore_total_tokens": 50_000,
     "autocompact.restore_extra_tokens": BEYOND_FILE_RULE,
     "autocompact.reattach_first_message": True,
+    "autocompact.preserve_tail_groups": 0,  # newest API-round groups kept verbatim (2.1.2xx)
     "autocompact.as_recorded_before": None,  # request: recorded compactions before it replayed
     "autocompact.skills_tokens": 0,
     "autocompact.session_memory.enabled": False,
@@ -100,6 +120,27 @@ BASE: dict[str, Any] = {
     "autocompact.session_memory.min_tail_text_messages": 5,
     "autocompact.session_memory.max_tail_tokens": 40_000,
     "autocompact.session_memory.memory_tokens": 4_000,
+    # Which window autocompact computes on, and its newer rules (settings.py).
+    "window_1m": None,  # None: as the recording shows; true / false: the 1M window on / off
+    "autocompact.window_cap_tokens": 200_000,  # None: none; 2.1.x before 2.1.92: 200k
+    "autocompact.window_cap_models": "",  # regex of the models the cap applies to; "": all
+    "autocompact.model_windows": {},  # model regex -> its own autocompact window
+    "autocompact.env_window_min_tokens": 100_000,
+    "autocompact.env_window_max_tokens": 1_000_000,
+    "autocompact.env_window_disables_below": None,  # a set window below this: autocompact off
+    "autocompact.pct_format": "percent",
+    "autocompact.thrashing.enabled": False,
+    "autocompact.thrashing.requests": 3,
+    "autocompact.thrashing.times": 3,
+    "autocompact.call_ttl": "request",  # TTL of the summary call's writes; "request": its own
+    # Claude Code's settings under their real names, values as a settings.json env block
+    # writes them (None: not set).
+    "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": None,
+    "CLAUDE_CODE_AUTO_COMPACT_WINDOW": None,
+    "CLAUDE_CODE_MAX_OUTPUT_TOKENS": None,
+    "DISABLE_AUTO_COMPACT": None,
+    "DISABLE_COMPACT": None,
+    "autoCompactEnabled": True,
 }
 
 
@@ -114,7 +155,12 @@ class _State(ConversationSession):
         self.micro = Microcompact(p)
         self.collapse = Collapse(p)
         self.auto = Autocompact(p)
-        self.limits: Limits = self.auto.limits(ctx.facts.window, ctx.facts.max_output)
+        model = ctx.models[0] if ctx.models else ""
+        window, allowed = client_window(ctx.session, model, ctx.facts.window, p)
+        self.auto.enabled = self.auto.enabled and allowed
+        self.limits: Limits = self.auto.limits(window, ctx.facts.max_output)
+        self.compact_off = env_truthy(p["DISABLE_COMPACT"])
+        self.call_ttl = str(p["autocompact.call_ttl"])
         self._marks_of: list[int] = []
         self._marks_by_ttl: dict[int, list[Breakpoint]] = {}
         self.recorded = recorded_compactions(ctx.session, p["autocompact.as_recorded_before"])
@@ -156,7 +202,7 @@ class _State(ConversationSession):
         prev_end = self.ctx.ts_end[k - 1] if k else None  # last assistant message
         estimate -= self.micro.run(conv, self.ctx.ts[k], prev_end)
         flags: dict[str, bool] = {}
-        if k in self.recorded and self.conv.items:
+        if k in self.recorded and self.conv.items and not self.compact_off:
             # The recording's own compaction (the user's /compact happens whatever stages
             # are on). What it logged after its summary (the command lines, the next
             # prompt) came after the compaction: it stays.
@@ -182,6 +228,8 @@ class _State(ConversationSession):
                 self.auto.succeeded()
             else:
                 flags.update(self._compact(out, ttl))
+                if self.auto.thrashing(k):
+                    flags["breaker_trip"] = True
         view = conv.sync()
         if view.total > limits.blocking:
             flags["overflow"] = True
@@ -201,6 +249,8 @@ class _State(ConversationSession):
         attempts = self.auto.compact(
             self.conv, self.ctx.rng, self.limits.window, summary, attached=attached
         )
+        if self.call_ttl != "request":
+            ttl = ttl_ms(self.call_ttl, ttl)
         for a in attempts:
             if a.view is None:
                 continue  # refused as too long: an API error, not billed
@@ -255,6 +305,7 @@ class ClaudeCode(Policy):
     name = "claude-code"
     version = "2.1.88"
     defaults: ClassVar[dict[str, Any]] = dict(BASE)
+    declared: ClassVar[Declarations] = PARAMS  # policies/claude_code/params.py
 
     def session(self, ctx: SessionContext) -> SessionPolicy:
         return _State(ctx, self.params)
@@ -304,22 +355,127 @@ class ClaudeCode10(ClaudeCode):
 
 
 @register
-class ClaudeCodeNewest(ClaudeCode):
-    """`claude-code`: the newest preset."""
+class ClaudeCode2192(ClaudeCode):
+    """Claude Code 2.1.92-2.1.143 (recorded 2026-04 to 2026-05): 1M windows are computed on
+    in full, except that Opus 4.6's autocompact window is capped at 400,000
+    (claude-code#43989: 2.1.91 ran 600k+ without compacting, 2.1.92 shows 25.7k/400k;
+    compaction at 367k); the summary call writes 5-minute entries (every recorded
+    compaction call did). ../shared/traces/claude-code/git-sync (Opus 4.7, 2.1.123-2.1.143)
+    reaches 626k without a compaction, so the cap is not applied to Opus 4.7 here
+    although claude-code#54056 saw it there on 2.1.119."""
 
-    name = "claude-code"
-    version = "2.1.88"
+    name = "claude-code@2.1.92"
+    version = "2.1.92"
+    defaults: ClassVar[dict[str, Any]] = {
+        **BASE,
+        "autocompact.window_cap_tokens": 400_000,
+        "autocompact.window_cap_models": "claude-opus-4-6",
+        "autocompact.call_ttl": "5m",
+    }
+
+
+@register
+class ClaudeCode21144(ClaudeCode):
+    """Claude Code 2.1.144-2.1.199 (2026-05 to 2026-07): 2.1.92's rules plus the thrashing
+    detector (autocompact off after the context refilled to the threshold within 3 requests
+    of the previous compaction, 3 times in a row; first reported on 2.1.144,
+    claude-code#60485). 2.1.144 also counted MCP tool definitions into the trigger so that
+    it fell to ~74k with MCP servers (claude-code#61334); no recording here has MCP tools,
+    so that over-count is not modelled."""
+
+    name = "claude-code@2.1.144"
+    version = "2.1.144"
+    defaults: ClassVar[dict[str, Any]] = {
+        **ClaudeCode2192.defaults,
+        "autocompact.thrashing.enabled": True,
+    }
+
+
+@register
+class ClaudeCode21221(ClaudeCode):
+    """Claude Code 2.1.2xx (2.1.200 on, 2026-07 on; rules of the 2.1.221 decompile,
+    BaseInfinity/claude-sdlc-harness#520): window = min(model window,
+    CLAUDE_CODE_AUTO_COMPACT_WINDOW clamped to 100k-1M), no 400k cap; threshold =
+    min(floor((window - reserve) x pct), window - reserve - 13,000) with the reserve (the
+    "system overhead") min(max output, 20,000); a set window of 100k-199,999 turns
+    autocompact off; claude-sonnet-5's own autocompact window is 967,000; the thrashing
+    detector; 5-minute entries for the summary call. Recorded: the four auto-compactions
+    of 2.1.226 in ../shared/traces/claude-code/flutter-docker fire at 166.6k-213.0k.
+    The first message's context is not attached again: the recorded context after
+    (flutter-docker's two 2.1.232 /compact: 58,061 and 65,611) is the kept prefix (42,855,
+    first message included) plus postTokens (12,324 and 13,415) and a few thousand
+    tokens, no room for a second copy of its 17.7k first message; the replay lands within
+    1% of both without it, 27-31% over with it (policies/calibration/README.md)."""
+
+    name = "claude-code@2.1.221"
+    version = "2.1.221"
+    defaults: ClassVar[dict[str, Any]] = {
+        **BASE,
+        "autocompact.window_cap_tokens": None,
+        "autocompact.model_windows": {"^claude-sonnet-5$": 967_000},
+        "autocompact.env_window_disables_below": 200_000,
+        "autocompact.thrashing.enabled": True,
+        "autocompact.call_ttl": "5m",
+        "autocompact.reattach_first_message": False,
+        "autocompact.preserve_tail_groups": 1,
+    }
+
+
+@register
+class ClaudeCodeLatest(ClaudeCode21221):
+    """`claude-code@latest`: the newest preset."""
+
+    name = "claude-code@latest"
+
+
+#: Each preset and the first client version it models, oldest first.
+VERSIONED: list[tuple[tuple[int, ...], type[ClaudeCode]]] = [
+    ((0,), ClaudeCode10),
+    ((2,), ClaudeCode216),
+    ((2, 1, 10), ClaudeCode2188),
+    ((2, 1, 92), ClaudeCode2192),
+    ((2, 1, 144), ClaudeCode21144),
+    ((2, 1, 200), ClaudeCode21221),
+]
 
 
 def preset_for(client: str) -> str:
-    """The preset matching a recording's client ("claude-code 2.1.29" -> its version's)."""
+    """The preset matching a recording's client ("claude-code 2.1.29" -> its version's;
+    an unreadable version: the newest)."""
     version = client.split()[-1] if client.strip() else ""
     try:
         parts = tuple(int(x) for x in version.split("."))
     except ValueError:
-        return ClaudeCodeNewest.name
-    if parts < (2,):
-        return ClaudeCode10.name
-    if parts <= (2, 1, 9):
-        return ClaudeCode216.name
-    return ClaudeCode2188.name
+        return ClaudeCodeLatest.name
+    chosen: type[ClaudeCode] = ClaudeCodeLatest
+    for first, preset in VERSIONED:
+        if parts >= first:
+            chosen = preset
+    return chosen.name
+
+
+@register
+class ClaudeCodeMatched(ClaudeCode):
+    """`claude-code`: each session under the preset of its own recorded version
+    (`Session.client`, see `preset_for`); parameters given to it apply over that preset."""
+
+    name = "claude-code"
+    version = "matched"
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.given = {key: self.params[key] for key in params}
+
+    def spec(self) -> PolicySpec:
+        """Only the parameters given: the rest comes from each session's preset, so a
+        rebuilt spec must not pin them to BASE."""
+        return PolicySpec(self.name, self.version, tuple(sorted(self.given.items())), self.variant)
+
+    def session(self, ctx: SessionContext) -> SessionPolicy:
+        preset = _PRESETS[preset_for(ctx.session.client)]
+        return _State(ctx, {**preset.defaults, **self.given})
+
+
+_PRESETS: dict[str, type[ClaudeCode]] = {cls.name: cls for _, cls in VERSIONED} | {
+    ClaudeCodeLatest.name: ClaudeCodeLatest
+}

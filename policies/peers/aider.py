@@ -53,7 +53,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import CACHE_TTL, PREFIX_RESETS, SUMMARY_TOKENS, ConversationSession
+from simulator.params import Declarations, Param, count, flag, fraction, tokens
 from simulator.policy import (
     Emitter,
     Policy,
@@ -75,26 +76,26 @@ def history_budget(window: int, divisor: int = 16, low: int = 1_024, high: int =
 
 class AiderSession(ConversationSession):
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=1, cache=bool(params["cache.prompts"]))
+        super().__init__(ctx, params, message_marks=1, cache=params["cache.prompts"])
         fixed_budget = params["history.max_tokens_override"]
         self.budget = (
             int(fixed_budget)
             if fixed_budget is not None
             else history_budget(
                 ctx.facts.window,
-                int(params["history.divisor"]),
-                int(params["history.min_tokens"]),
-                int(params["history.max_tokens"]),
+                params["history.divisor"],
+                params["history.min_tokens"],
+                params["history.max_tokens"],
             )
         )
-        self.tail_limit = int(self.budget * float(params["tail_fraction"]))
+        self.tail_limit = int(self.budget * params["tail_fraction"])
         if params["summary_cap_tokens"] is None:  # the base reads a set cap
             self.summary_cap = self.budget // 2
-        self.prefix_tokens = int(params["summary.prefix_tokens"])
-        self.prompt_tokens = int(params["summary.prompt_tokens"])
-        self.input_limit = ctx.facts.window - int(params["summary.input_margin_tokens"])
-        self.with_prefix = bool(params["summary.with_prefix"])
-        self.summary_cached = bool(params["summary.cached"])
+        self.prefix_tokens = params["summary.prefix_tokens"]
+        self.prompt_tokens = params["summary.prompt_tokens"]
+        self.input_limit = ctx.facts.window - params["summary.input_margin_tokens"]
+        self.with_prefix = params["summary.with_prefix"]
+        self.summary_cached = params["summary.cached"]
         self.summaries = 0
 
     def transform(self, k: int, out: Emitter) -> None:
@@ -145,6 +146,59 @@ class AiderSession(ConversationSession):
         self.summaries += 1
 
 
+#: Aider's parameters (simulator/params.py); values in `Aider.defaults`.
+PARAMS: dict[str, Param] = {
+    "history.divisor": count(
+        "the history budget is the window divided by this (then clamped)",
+        "aider/models.py: max_input_tokens / 16",
+        low=1,
+    ),
+    "history.min_tokens": tokens("lower clamp of the history budget", "aider/models.py: 1,024"),
+    "history.max_tokens": tokens("upper clamp of the history budget", "aider/models.py: 8,192"),
+    "history.max_tokens_override": tokens(
+        "a fixed history budget; null: computed from the window",
+        "aider --max-chat-history-tokens (unset by default)",
+        optional=True,
+    ),
+    "tail_fraction": fraction(
+        "the verbatim tail stays under this share of the budget",
+        "aider/history.py ChatSummary: max_tokens // 2",
+        open_low=True,
+    ),
+    "summary_tokens": SUMMARY_TOKENS,
+    "summary_cap_tokens": tokens(
+        "largest summary; null: half the budget (what ends aider's recursion)",
+        "ours: one summary call per trigger (module docstring)",
+        optional=True,
+    ),
+    "summary.prefix_tokens": tokens(
+        "the prefix put before the summary",
+        "aider/prompts.py: 'I spoke to you previously about a number of things.' (11)",
+    ),
+    "summary.prompt_tokens": tokens(
+        "the summarize system prompt", "aider/prompts.py summarize: 175 cl100k tokens"
+    ),
+    "summary.input_margin_tokens": tokens(
+        "the summariser sees at most the window minus this of the head",
+        "aider/history.py: max_input_tokens - 512",
+    ),
+    "summary.with_prefix": flag(
+        "the summary request sends the agent's system + tools prefix",
+        "aider: the summary is its own prompt (module docstring)",
+    ),
+    "summary.cached": flag(
+        "the summary request is marked for the prompt cache",
+        "aider: no cache_control on the summary request (module docstring)",
+    ),
+    "cache.prompts": flag(
+        "mark the system prefix and the last item for the prompt cache",
+        "aider --cache-prompts (off by default)",
+    ),
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+}
+
+
 @register
 class Aider(Policy):
     """Aider's chat-history summarisation (module docstring: facts and choices)."""
@@ -168,13 +222,14 @@ class Aider(Policy):
         "cache.ttl": "recorded",
         "prefix_resets": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        fraction = float(self.params["tail_fraction"])
+        fraction = self.params["tail_fraction"]
         if not 0 < fraction <= 1:
             raise PolicyError(f"aider: tail_fraction must be in (0, 1], got {fraction}")
-        if int(self.params["history.divisor"]) <= 0:
+        if self.params["history.divisor"] <= 0:
             raise PolicyError("aider: history.divisor must be > 0")
 
     def session(self, ctx: SessionContext) -> SessionPolicy:

@@ -48,7 +48,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import CACHE_TTL, MESSAGE_MARKS, PREFIX_RESETS, ConversationSession
+from simulator.params import Declarations, Param, count, flag, names, tokens
 from simulator.policy import (
     Emitter,
     Policy,
@@ -65,13 +66,13 @@ CLEARED_SALT = 0xC1EA
 
 class ContextEditingSession(ConversationSession):
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
-        self.trigger = int(params["trigger_tokens"])
-        self.keep = int(params["keep_tool_uses"])
-        self.at_least = int(params["clear_at_least_tokens"])
+        super().__init__(ctx, params, message_marks=params["cache.message_marks"])
+        self.trigger = params["trigger_tokens"]
+        self.keep = params["keep_tool_uses"]
+        self.at_least = params["clear_at_least_tokens"]
         self.exclude = {str(t) for t in params["exclude_tools"]}
-        self.clear_inputs = bool(params["clear_tool_inputs"])
-        self.placeholder = int(params["placeholder_tokens"])
+        self.clear_inputs = params["clear_tool_inputs"]
+        self.placeholder: int = params["placeholder_tokens"]
         #: Blocks shown cleared now -> tokens their placeholder saves.
         self.cleared: dict[int, int] = {}
         #: How many requests the edit was applied to.
@@ -131,6 +132,39 @@ class ContextEditingSession(ConversationSession):
             del self.cleared[key]
 
 
+#: The edit's parameters (simulator/params.py); values in `AnthropicContextEditing.defaults`.
+PARAMS: dict[str, Param] = {
+    "trigger_tokens": tokens(
+        "the edit activates once the prompt's input tokens exceed this",
+        "Anthropic context editing: trigger default 100,000 input tokens",
+    ),
+    "keep_tool_uses": count(
+        "most recent tool uses whose results are kept",
+        "Anthropic context editing: keep default 3 tool uses",
+        unit="tool uses",
+    ),
+    "clear_at_least_tokens": tokens(
+        "the edit is applied only if it clears this many tokens (0: not set)",
+        "Anthropic context editing: clear_at_least unset by default",
+    ),
+    "exclude_tools": names(
+        "tools whose uses and results are never cleared",
+        "Anthropic context editing: exclude_tools unset by default",
+    ),
+    "clear_tool_inputs": flag(
+        "also clear the tool-call parameters",
+        "Anthropic context editing: clear_tool_inputs default false",
+    ),
+    "placeholder_tokens": tokens(
+        "size of the placeholder a cleared result becomes",
+        "ours: the placeholder's text is not published",
+    ),
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+}
+
+
 @register
 class AnthropicContextEditing(Policy):
     """`clear_tool_uses_20250919` (module docstring: facts and choices)."""
@@ -148,11 +182,12 @@ class AnthropicContextEditing(Policy):
         "cache.ttl": "recorded",
         "prefix_resets": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         p = self.params
-        if int(p["keep_tool_uses"]) < 0 or int(p["clear_at_least_tokens"]) < 0:
+        if p["keep_tool_uses"] < 0 or p["clear_at_least_tokens"] < 0:
             raise PolicyError(
                 "anthropic-context-editing: keep_tool_uses and clear_at_least_tokens must be >= 0"
             )

@@ -43,8 +43,16 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import (
+    CACHE_TTL,
+    MESSAGE_MARKS,
+    PREFIX_RESETS,
+    SUMMARY_CAP_TOKENS,
+    SUMMARY_TOKENS,
+    ConversationSession,
+)
 from policies.calibration.summary import SUMMARY_CAP
+from simulator.params import Declarations, Param, tokens
 from simulator.policy import (
     Emitter,
     Policy,
@@ -63,9 +71,9 @@ SUMMARY_SALT = 0xC0A1
 
 class ServerCompactionSession(ConversationSession):
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
-        self.trigger = int(params["trigger_tokens"])
-        self.instructions = int(params["instructions_tokens"])
+        super().__init__(ctx, params, message_marks=params["cache.message_marks"])
+        self.trigger = params["trigger_tokens"]
+        self.instructions = params["instructions_tokens"]
         self.compactions = 0
         #: The request now being sent was compacted: its response step has no message marker.
         self.compacted_now = False
@@ -100,6 +108,25 @@ class ServerCompactionSession(ConversationSession):
         return super().breakpoints(view, ttl, fork=fork)
 
 
+#: The edit's parameters (simulator/params.py); values in `AnthropicServerCompaction.defaults`.
+PARAMS: dict[str, Param] = {
+    "trigger_tokens": tokens(
+        "compaction starts when the request's input tokens exceed this",
+        "Anthropic compaction compact_20260112: trigger default 150,000 (at least 50,000)",
+        low=MIN_TRIGGER_TOKENS,
+    ),
+    "instructions_tokens": tokens(
+        "the summarisation prompt of the compaction step",
+        "ours: an estimate of the default prompt's size",
+    ),
+    "summary_tokens": SUMMARY_TOKENS,
+    "summary_cap_tokens": SUMMARY_CAP_TOKENS,
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+}
+
+
 @register
 class AnthropicServerCompaction(Policy):
     """`compact_20260112` (module docstring: facts and choices)."""
@@ -115,10 +142,11 @@ class AnthropicServerCompaction(Policy):
         "cache.ttl": "recorded",
         "prefix_resets": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        trigger = int(self.params["trigger_tokens"])
+        trigger = self.params["trigger_tokens"]
         if trigger < MIN_TRIGGER_TOKENS:
             raise PolicyError(
                 f"anthropic-server-compaction: trigger_tokens must be >= {MIN_TRIGGER_TOKENS:,}"

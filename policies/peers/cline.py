@@ -43,7 +43,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import CACHE_TTL, MESSAGE_MARKS, PREFIX_RESETS, ConversationSession
+from simulator.params import Declarations, Param, choice, count, fraction, tokens
 from simulator.policy import (
     Emitter,
     Policy,
@@ -73,14 +74,14 @@ class ClineSession(ConversationSession):
     """One session's truncation state: the limit and what each truncation removed."""
 
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
+        super().__init__(ctx, params, message_marks=params["cache.message_marks"])
         reserve = params["reserve_tokens"]
         self.limit = max_allowed(self.window, None if reserve is None else int(reserve))
-        self.keep = int(params["keep_first_groups"])
-        self.half = float(params["truncate_fraction"])
-        self.more = float(params["truncate_fraction_more"])
-        self.quarter_rule = str(params["quarter_rule"])
-        self.trigger = str(params["trigger"])
+        self.keep = params["keep_first_groups"]
+        self.half = params["truncate_fraction"]
+        self.more = params["truncate_fraction_more"]
+        self.quarter_rule = params["quarter_rule"]
+        self.trigger = params["trigger"]
         #: (request, groups removed, fraction used) per truncation.
         self.truncations: list[tuple[int, int, float]] = []
 
@@ -116,6 +117,44 @@ class ClineSession(ConversationSession):
         self.truncations.append((k, drop, fraction))
 
 
+#: Cline's parameters (simulator/params.py); values in `Cline.defaults`.
+PARAMS: dict[str, Param] = {
+    "reserve_tokens": tokens(
+        "limit = window - this reserve; null: Cline's table (40,000 on 200k)",
+        "Cline context-window-utils.ts maxAllowedSize",
+        optional=True,
+    ),
+    "keep_first_groups": count(
+        "API-round groups at the start always kept (the first user/assistant pair)",
+        "Cline ContextManager.ts: messages 0 and 1 kept",
+        unit="groups",
+    ),
+    "truncate_fraction": fraction(
+        "share of the later groups a truncation removes",
+        "Cline getNextTruncationRange: half",
+        open_low=True,
+    ),
+    "truncate_fraction_more": fraction(
+        "share removed when half is not enough",
+        "Cline getNextTruncationRange: three quarters",
+        open_low=True,
+    ),
+    "quarter_rule": choice(
+        ("fit", "halved"),
+        "when half is not enough: fit (the view would still be over) or halved (usage / 2)",
+        "ours: fit; halved is Cline's own estimate of the same (module docstring)",
+    ),
+    "trigger": choice(
+        ("last_usage", "context"),
+        "what is compared with the limit: the last usage + output, or the view to send",
+        "Cline ContextManager.ts: the previous request's usage",
+    ),
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+}
+
+
 @register
 class Cline(Policy):
     """Cline's truncation of half / three quarters of the conversation (module docstring)."""
@@ -133,6 +172,7 @@ class Cline(Policy):
         "cache.ttl": "recorded",
         "prefix_resets": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -143,9 +183,9 @@ class Cline(Policy):
             )
         if p["trigger"] not in ("last_usage", "context"):
             raise PolicyError(f"cline: trigger must be last_usage or context, not {p['trigger']!r}")
-        if not 0 < float(p["truncate_fraction"]) <= float(p["truncate_fraction_more"]) < 1:
+        if not 0 < p["truncate_fraction"] <= p["truncate_fraction_more"] < 1:
             raise PolicyError("cline: need 0 < truncate_fraction <= truncate_fraction_more < 1")
-        if int(p["keep_first_groups"]) < 0:
+        if p["keep_first_groups"] < 0:
             raise PolicyError("cline: keep_first_groups must be >= 0")
 
     def session(self, ctx: SessionContext) -> SessionPolicy:

@@ -34,9 +34,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import (
+    CACHE_TTL,
+    MESSAGE_MARKS,
+    PREFIX_RESETS,
+    SUMMARY_CAP_TOKENS,
+    SUMMARY_TOKENS,
+    WARM_START,
+    ConversationSession,
+)
 from policies.calibration.summary import SUMMARY_CAP
 from simulator.model import Flag, Kind, Role
+from simulator.params import Declarations, Param, flag, fraction, tokens
 from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
 
 #: Codex keeps at most this many tokens of recent user messages after compaction.
@@ -66,9 +75,16 @@ class CodexSession(ConversationSession):
         self.prefix_tokens = int(params["summary_prefix_tokens"])
         roles: list[int] = ctx.session.blocks["role"].tolist()
         kinds = self.conv.kinds
-        #: Blocks that can make up the first user message (user-role text or image).
+        #: The initial context is every client-written message before the first human one
+        #: (developer instructions too), not only the first user message.
+        self.client_initial = bool(params["initial_context_before_human"])
+        self.seen_human = False
+        initial_roles = (Role.USER, Role.SYSTEM) if self.client_initial else (Role.USER,)
+        #: Blocks that can make up the initial context (user-role text or image; with
+        #: `client_initial`, system-role too).
         self.user_content = [
-            roles[b] == Role.USER and kinds[b] in (Kind.TEXT, Kind.IMAGE) for b in range(len(roles))
+            roles[b] in initial_roles and kinds[b] in (Kind.TEXT, Kind.IMAGE)
+            for b in range(len(roles))
         ]
         #: The initial context: the blocks of the first user message, once it has entered.
         self.initial: list[int] = []
@@ -83,7 +99,14 @@ class CodexSession(ConversationSession):
         for b in blocks:
             if conv.flags[b] & int(Flag.HUMAN):
                 self.attempted = False  # a new user turn (a new Codex task)
+                if self.client_initial:
+                    self.seen_human = True
+                    continue
             if not self.user_content[b]:
+                continue
+            if self.client_initial:
+                if not self.seen_human:
+                    self.initial.append(b)
                 continue
             if self.initial_msg is None:
                 self.initial_msg = conv.msg[b]
@@ -155,6 +178,104 @@ class CodexSession(ConversationSession):
         return kept
 
 
+#: Parameters by Codex CLI version: (first version, overrides of `Codex.defaults`), in
+#: ascending order; `preset_for` takes the last row at or below a version.
+#:
+#: * Before 0.47 the limit was a per-model constant with no window bound: 350,000 for
+#:   gpt-5-codex (openai/codex#4156, raised from 220,000 the day after #4093), above its
+#:   272,000 window: in effect no automatic compaction (no recorded one to check it on).
+#: * From 0.47 (openai/codex#5292, "auto compact at ~90%") the limit is a share of the
+#:   window. Codex's effective window is 95% of the catalog one (openai/codex#19319:
+#:   272,000 x 0.95 = 258,400, the ``model_context_window`` every 2026 rollout in
+#:   shared/traces/codex logs), so 90% of it would be 0.855 of ours; but the recordings
+#:   run past that: git-sync 0.118 sends ten requests at 232-235k before compacting, agentv
+#:   0.142.4 one at 238k. Fitted on the 19 recorded automatic compactions (share of them the
+#:   preset compacts within one request of), grid 0.84-0.90: 0.84 4, 0.855 5, 0.87 7,
+#:   0.88 10, 0.90 4. Leave-one-source-out every held-out folder gets 0.88 (10 of 19).
+#:   Codex compares its own running count (the last response's total, output included,
+#:   plus an estimate of what was added since), not the next request's context, which is
+#:   the likely reason its limit sits higher than 0.855 of the window here.
+#: * What is kept (0.47+): every client message before the first human one (developer
+#:   instructions, AGENTS.md, environment context: the replacement histories of the 2026
+#:   rollouts start with them), the recent user messages, the summary. With only the
+#:   first user message kept, the context after was 15-30% short on 17 of 19.
+PRESETS: list[tuple[tuple[int, ...], dict[str, Any]]] = [
+    ((0,), {"model_auto_compact_token_limit": 350_000, "window_fraction": 1.0}),
+    (
+        (0, 47),
+        {
+            "model_auto_compact_token_limit": None,
+            "window_fraction": 0.88,
+            "initial_context_before_human": True,
+        },
+    ),
+]
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """ "0.142.5", "0.126.0-alpha.8" -> (0, 142, 5), (0, 126, 0); unreadable parts stop it."""
+    out: list[int] = []
+    for part in text.split("-", 1)[0].split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def preset_for(cli_version: str) -> dict[str, Any]:
+    """The parameter overrides of the Codex CLI version a session was recorded with (the
+    newest preset when the version is unknown)."""
+    version = _version(cli_version)
+    if not version:
+        return dict(PRESETS[-1][1])
+    chosen = PRESETS[0][1]
+    for first, params in PRESETS:
+        if version >= first:
+            chosen = params
+    return dict(chosen)
+
+
+#: Codex CLI's parameters (simulator/params.py); values in `Codex.defaults`.
+PARAMS: dict[str, Param] = {
+    "model_auto_compact_token_limit": tokens(
+        "compact at min(this, window_fraction x window); null: only the window bound",
+        "Codex config model_auto_compact_token_limit (unset by default)",
+        optional=True,
+    ),
+    "window_fraction": fraction(
+        "compact at this share of the context window",
+        "Codex codex-rs compact: 0.9 x window (DESIGN.md 5)",
+        open_low=True,
+    ),
+    "user_message_budget_tokens": tokens(
+        "most tokens of recent user messages kept after compaction",
+        "Codex codex-rs compact: 20,000 (DESIGN.md 5)",
+    ),
+    "truncate_crossing_message": flag(
+        "the message that crosses the budget is kept truncated to what is left",
+        "Codex codex-rs compact",
+    ),
+    "initial_context_before_human": flag(
+        "the initial context kept is every client message before the first human one"
+        " (developer instructions, AGENTS.md, environment), not only the first user message",
+        "Codex 0.47+ build_initial_context; the replacement histories of shared/traces/codex",
+    ),
+    "compact_prompt_tokens": tokens(
+        "the compaction prompt", "ours: an estimate of templates/compact/prompt.md"
+    ),
+    "summary_prefix_tokens": tokens(
+        "the fixed text put before the summary in the compacted history",
+        "ours: an estimate of Codex's summary prefix",
+    ),
+    "summary_tokens": SUMMARY_TOKENS,
+    "summary_cap_tokens": SUMMARY_CAP_TOKENS,
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+    "warm_start": WARM_START,
+}
+
+
 @register
 class Codex(Policy):
     """Codex CLI: compact at min(model_auto_compact_token_limit, 0.9 x window) into the
@@ -167,6 +288,7 @@ class Codex(Policy):
         "window_fraction": WINDOW_FRACTION,
         "user_message_budget_tokens": USER_MESSAGE_BUDGET,
         "truncate_crossing_message": True,
+        "initial_context_before_human": False,
         "compact_prompt_tokens": COMPACT_PROMPT_TOKENS,
         "summary_prefix_tokens": SUMMARY_PREFIX_TOKENS,
         "summary_tokens": None,  # None: drawn from the calibration (seeded)
@@ -176,6 +298,7 @@ class Codex(Policy):
         "prefix_resets": True,
         "warm_start": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def session(self, ctx: SessionContext) -> SessionPolicy:
         return CodexSession(ctx, self.params)

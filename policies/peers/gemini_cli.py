@@ -39,9 +39,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import (
+    CACHE_TTL,
+    MESSAGE_MARKS,
+    PREFIX_RESETS,
+    SUMMARY_CAP_TOKENS,
+    SUMMARY_TOKENS,
+    WARM_START,
+    ConversationSession,
+)
 from policies.calibration.summary import SUMMARY_CAP
 from simulator.model import Flag
+from simulator.params import Declarations, Param, choice, count, flag, fraction, tokens
 from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
 
 #: Fraction of the model's token limit at which Gemini CLI compresses (older: 0.7).
@@ -74,21 +83,21 @@ class GeminiCliSession(ConversationSession):
     """Gemini CLI's compression rule over the shared conversation mechanics."""
 
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
-        self.threshold = float(params["compression_threshold"]) * self.window
-        self.preserve = float(params["preserve_fraction"])
+        super().__init__(ctx, params, message_marks=params["cache.message_marks"])
+        self.threshold = params["compression_threshold"] * self.window
+        self.preserve = params["preserve_fraction"]
         if not 0.0 < self.preserve < 1.0:
             raise ValueError(f"preserve_fraction must be in (0, 1), not {self.preserve}")
-        self.budget = int(params["tool_output_budget_tokens"])
-        self.placeholder = int(params["truncate_lines"]) * int(params["tokens_per_line"])
-        self.split_at = str(params["split_at"])
+        self.budget = params["tool_output_budget_tokens"]
+        self.placeholder = params["truncate_lines"] * params["tokens_per_line"]
+        self.split_at = params["split_at"]
         if self.split_at not in SPLIT_MODES:
             raise ValueError(f"split_at must be one of {SPLIT_MODES}, not {self.split_at!r}")
-        self.system_tokens = int(params["system_prompt_tokens"])
-        self.summary_instruction = int(params["summary_instruction_tokens"])
-        self.verify_instruction = int(params["verify_instruction_tokens"])
-        self.ack_tokens = int(params["ack_tokens"])
-        self.with_prefix = bool(params["send_main_prefix"])
+        self.system_tokens = params["system_prompt_tokens"]
+        self.summary_instruction = params["summary_instruction_tokens"]
+        self.verify_instruction = params["verify_instruction_tokens"]
+        self.ack_tokens = params["ack_tokens"]
+        self.with_prefix = params["send_main_prefix"]
         self.compressions = 0
 
     def transform(self, k: int, out: Emitter) -> None:
@@ -176,6 +185,62 @@ class GeminiCliSession(ConversationSession):
         return last
 
 
+#: Gemini CLI's parameters (simulator/params.py); values in `GeminiCli.defaults`.
+PARAMS: dict[str, Param] = {
+    "compression_threshold": fraction(
+        "compress when the prompt reaches this share of the model's token limit",
+        "Gemini CLI ChatCompressionService: 0.5 (older versions 0.7)",
+        open_low=True,
+    ),
+    "preserve_fraction": fraction(
+        "share of the history (newest) kept verbatim",
+        "Gemini CLI ChatCompressionService: 30%",
+    ),
+    "tool_output_budget_tokens": tokens(
+        "newest tool-output tokens kept whole before older outputs are truncated",
+        "Gemini CLI ChatCompressionService: 50,000",
+    ),
+    "truncate_lines": count(
+        "a truncated tool output keeps its last this many lines",
+        "Gemini CLI ChatCompressionService: 30 lines",
+        unit="lines",
+    ),
+    "tokens_per_line": tokens(
+        "tokens of one kept line of a truncated output",
+        "ours: an assumption (module docstring)",
+        unit="tokens per line",
+    ),
+    "split_at": choice(
+        SPLIT_MODES,
+        "where the kept share starts: an API-round group or a human message",
+        "ours: group; user is findCompressSplitPoint's rule (module docstring)",
+    ),
+    "system_prompt_tokens": tokens(
+        "the compression system instruction", "ours: an estimate of getCompressionPrompt"
+    ),
+    "summary_instruction_tokens": tokens(
+        "user instruction of the summary call", "ours: an estimate"
+    ),
+    "verify_instruction_tokens": tokens(
+        "user instruction of the self-check call", "ours: an estimate"
+    ),
+    "ack_tokens": tokens(
+        "the model's acknowledgement after the summary",
+        "Gemini CLI: 'Got it. Thanks for the additional context!'",
+    ),
+    "send_main_prefix": flag(
+        "the compression calls send the agent's system + tools prefix",
+        "Gemini CLI: a utility client with its own system instruction, no tools",
+    ),
+    "summary_tokens": SUMMARY_TOKENS,
+    "summary_cap_tokens": SUMMARY_CAP_TOKENS,
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+    "warm_start": WARM_START,
+}
+
+
 @register
 class GeminiCli(Policy):
     """Gemini CLI: compress at `compression_threshold` x window (0.5; 0.7 in older
@@ -202,6 +267,7 @@ class GeminiCli(Policy):
         "prefix_resets": True,
         "warm_start": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def session(self, ctx: SessionContext) -> SessionPolicy:
         return GeminiCliSession(ctx, self.params)

@@ -47,9 +47,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import (
+    CACHE_TTL,
+    PREFIX_RESETS,
+    SUMMARY_CAP_TOKENS,
+    SUMMARY_TOKENS,
+    ConversationSession,
+)
 from policies.calibration.summary import SUMMARY_CAP
+from simulator import params as kinds
 from simulator.model import Flag, Kind, Role
+from simulator.params import Declarations, Param, count, flag, tokens
 from simulator.policy import (
     Emitter,
     Policy,
@@ -88,13 +96,13 @@ def middle_out(count: int, fraction: float) -> list[int]:
 class GooseSession(ConversationSession):
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
         super().__init__(ctx, params)
-        self.threshold = float(params["threshold"])
-        self.every_request = bool(params["check_every_request"])
-        self.recovery = bool(params["recovery"])
-        self.prompt_tokens = int(params["summary.prompt_tokens"])
-        self.continuation = int(params["continuation_tokens"])
-        self.summary_cached = bool(params["summary.cached"])
-        self.marked_user_messages = int(params["cache.user_messages"])
+        self.threshold = params["threshold"]
+        self.every_request = params["check_every_request"]
+        self.recovery = params["recovery"]
+        self.prompt_tokens = params["summary.prompt_tokens"]
+        self.continuation = params["continuation_tokens"]
+        self.summary_cached = params["summary.cached"]
+        self.marked_user_messages = params["cache.user_messages"]
         roles: list[int] = ctx.session.blocks["role"].tolist()
         self.roles = roles
         self.user_turn = False
@@ -221,6 +229,45 @@ class GooseSession(ConversationSession):
         return marks[-4:]
 
 
+#: Goose's parameters (simulator/params.py); values in `Goose.defaults`.
+PARAMS: dict[str, Param] = {
+    "threshold": kinds.fraction(
+        "compact when tokens / context limit exceeds this (<= 0 or >= 1: off)",
+        "goose GOOSE_AUTO_COMPACT_THRESHOLD: 0.8 (context_mgmt/mod.rs)",
+    ),
+    "check_every_request": flag(
+        "check before every request instead of when a user message arrives",
+        "goose agent.rs: the check runs in reply, when a user message arrives",
+    ),
+    "recovery": flag(
+        "compact and retry a request refused for exceeding the context",
+        "goose agent.rs: ContextLengthExceeded recovery",
+    ),
+    "summary_tokens": SUMMARY_TOKENS,
+    "summary_cap_tokens": SUMMARY_CAP_TOKENS,
+    "summary.prompt_tokens": tokens(
+        "the compaction.md template and the user request of the summary call",
+        "ours: an estimate",
+    ),
+    "summary.cached": flag(
+        "the summarisation request is marked for the prompt cache",
+        "goose providers/formats/anthropic.rs marks it like every request",
+    ),
+    "continuation_tokens": tokens(
+        "the assistant continuation message after the summary",
+        "goose CONVERSATION_CONTINUATION_TEXT: 44 cl100k tokens",
+    ),
+    "cache.user_messages": count(
+        "last user messages whose last block carries a cache marker",
+        "goose providers/formats/anthropic.rs: the last and second-to-last",
+        high=4,
+        unit="markers",
+    ),
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+}
+
+
 @register
 class Goose(Policy):
     """Goose's auto-compaction (module docstring: facts and choices)."""
@@ -240,10 +287,11 @@ class Goose(Policy):
         "cache.ttl": "recorded",
         "prefix_resets": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if int(self.params["cache.user_messages"]) < 0:
+        if self.params["cache.user_messages"] < 0:
             raise PolicyError("goose: cache.user_messages must be >= 0")
 
     def session(self, ctx: SessionContext) -> SessionPolicy:

@@ -39,8 +39,16 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import (
+    CACHE_TTL,
+    MESSAGE_MARKS,
+    PREFIX_RESETS,
+    SUMMARY_CAP_TOKENS,
+    SUMMARY_TOKENS,
+    ConversationSession,
+)
 from policies.calibration.summary import SUMMARY_CAP
+from simulator.params import Declarations, Param, count, flag, tokens
 from simulator.policy import (
     Emitter,
     Policy,
@@ -58,13 +66,13 @@ class LlmSummarySession(ConversationSession):
     """One session's summariser state: the live checkpoint and the summary count."""
 
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
-        self.n = int(params["summarize_turns"])
-        self.m = int(params["keep_last_turns"])
-        self.keep_first = bool(params["keep_first"])
-        self.prompt_tokens = int(params["prompt_tokens"])
-        self.with_prefix = bool(params["summary.with_prefix"])
-        self.summary_cached = bool(params["summary.cached"])
+        super().__init__(ctx, params, message_marks=params["cache.message_marks"])
+        self.n = params["summarize_turns"]
+        self.m = params["keep_last_turns"]
+        self.keep_first = params["keep_first"]
+        self.prompt_tokens = params["prompt_tokens"]
+        self.with_prefix = params["summary.with_prefix"]
+        self.summary_cached = params["summary.cached"]
         #: The checkpoint item now in the conversation (None before the first summary).
         self.summary: int | None = None
         self.summaries = 0
@@ -110,6 +118,40 @@ class LlmSummarySession(ConversationSession):
         self.summaries += 1
 
 
+#: The summarisation arm's parameters (simulator/params.py); values in `LlmSummary.defaults`.
+PARAMS: dict[str, Param] = {
+    "summarize_turns": count(
+        "N: turns summarised at once when N + M are not yet summarised",
+        "The Complexity Trap (arXiv:2508.21433): N = 21",
+        low=1,
+        unit="turns",
+    ),
+    "keep_last_turns": count(
+        "M: newest turns always kept verbatim",
+        "The Complexity Trap (arXiv:2508.21433): M = 10",
+        unit="turns",
+    ),
+    "keep_first": flag(
+        "the first group (the task) is never summarised",
+        "The Complexity Trap: the first user message is never summarised",
+    ),
+    "summary_tokens": SUMMARY_TOKENS,
+    "summary_cap_tokens": SUMMARY_CAP_TOKENS,
+    "prompt_tokens": tokens("the summarising instructions", "ours: an estimate"),
+    "summary.with_prefix": flag(
+        "the summary request sends the agent's system + tools prefix",
+        "The Complexity Trap's fork: its own system prompt, no tools",
+    ),
+    "summary.cached": flag(
+        "the summary request is marked for the prompt cache",
+        "The Complexity Trap's fork: nothing marks it",
+    ),
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+}
+
+
 @register
 class LlmSummary(Policy):
     """ "The Complexity Trap", LLM-summary arm (module docstring: facts and choices)."""
@@ -129,10 +171,11 @@ class LlmSummary(Policy):
         "cache.ttl": "recorded",
         "prefix_resets": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        n, m = int(self.params["summarize_turns"]), int(self.params["keep_last_turns"])
+        n, m = self.params["summarize_turns"], self.params["keep_last_turns"]
         if n <= 0 or m < 0:
             raise PolicyError(
                 f"llm-summary: summarize_turns must be > 0 and keep_last_turns >= 0 (got {n}, {m})"

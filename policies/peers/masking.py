@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import CACHE_TTL, MESSAGE_MARKS, PREFIX_RESETS, ConversationSession
+from simulator.params import Declarations, Param, count, flag, tokens
 from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
 
 #: Tokens of the placeholder an old observation becomes.
@@ -21,10 +22,10 @@ MASK_SALT = 0x3A5C
 
 class MaskingSession(ConversationSession):
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
-        self.keep = int(params["keep_observations"])
-        self.keep_first = bool(params["keep_first_observation"])
-        self.placeholder = int(params["placeholder_tokens"])
+        super().__init__(ctx, params, message_marks=params["cache.message_marks"])
+        self.keep = params["keep_observations"]
+        self.keep_first = params["keep_first_observation"]
+        self.placeholder = params["placeholder_tokens"]
         self.masked: set[int] = set()
 
     def transform(self, k: int, out: Emitter) -> None:
@@ -39,6 +40,27 @@ class MaskingSession(ConversationSession):
                 self.masked.add(key)
 
 
+#: The masking parameters (simulator/params.py); values in `Masking.defaults`.
+PARAMS: dict[str, Param] = {
+    "keep_observations": count(
+        "newest observations (tool results) kept verbatim",
+        "SWE-agent paper runs n = 5; The Complexity Trap M = 10 (module docstring)",
+        unit="observations",
+    ),
+    "keep_first_observation": flag(
+        "the first observation (the task's setup) is kept",
+        "SWE-agent last_n_observations",
+    ),
+    "placeholder_tokens": tokens(
+        "size of the one-line placeholder an old observation becomes",
+        "SWE-agent: 'Old environment output: (N lines omitted)'",
+    ),
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+}
+
+
 class Masking(Policy):
     defaults: ClassVar[dict[str, Any]] = {
         "keep_observations": 10,
@@ -48,6 +70,7 @@ class Masking(Policy):
         "cache.ttl": "recorded",
         "prefix_resets": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def session(self, ctx: SessionContext) -> SessionPolicy:
         return MaskingSession(ctx, self.params)

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import CACHE_TTL, PREFIX_RESETS, ConversationSession
+from simulator.params import Declarations, Param
 from simulator.policy import Policy, SessionContext, SessionPolicy, register
+
+#: Only the shared parameters (simulator/params.py).
+PARAMS: dict[str, Param] = {"cache.ttl": CACHE_TTL, "prefix_resets": PREFIX_RESETS}
 
 
 @register
@@ -15,6 +19,7 @@ class NoPolicy(Policy):
     name = "none"
     version = "1"
     defaults: ClassVar[dict[str, Any]] = {"cache.ttl": "recorded", "prefix_resets": True}
+    declared: ClassVar[Declarations] = PARAMS
 
     def session(self, ctx: SessionContext) -> SessionPolicy:
         return ConversationSession(ctx, self.params)

@@ -34,10 +34,19 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import (
+    CACHE_TTL,
+    MESSAGE_MARKS,
+    PREFIX_RESETS,
+    SUMMARY_CAP_TOKENS,
+    SUMMARY_TOKENS,
+    WARM_START,
+    ConversationSession,
+)
 from policies.calibration.summary import SUMMARY_CAP
 from policies.conversation import CLEARED_TOKENS
 from simulator.model import Flag
+from simulator.params import Declarations, Param, choice, count, flag, names, tokens
 from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
 
 #: Output reserve: the usable input is the input limit minus min(this, max output).
@@ -64,27 +73,27 @@ class OpencodeSession(ConversationSession):
     """opencode's pruning and compaction over the shared conversation mechanics."""
 
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
+        super().__init__(ctx, params, message_marks=params["cache.message_marks"])
         limit = params["input_limit_tokens"]
         max_output = params["max_output_tokens"]
         out_limit = ctx.facts.max_output if max_output is None else int(max_output)
         reserved = params["reserved_tokens"]
         reserve = (
-            min(int(params["compaction_buffer_tokens"]), out_limit)
+            min(params["compaction_buffer_tokens"], out_limit)
             if reserved is None
             else int(reserved)
         )
         self.usable = (self.window if limit is None else int(limit)) - reserve
-        self.prune_enabled = bool(params["prune.enabled"])
-        self.prune_at = str(params["prune.at"])
+        self.prune_enabled = params["prune.enabled"]
+        self.prune_at = params["prune.at"]
         if self.prune_at not in PRUNE_AT:
             raise ValueError(f"prune.at must be one of {PRUNE_AT}, not {self.prune_at!r}")
-        self.protect = int(params["prune.protect_tokens"])
-        self.minimum = int(params["prune.minimum_tokens"])
-        self.protect_turns = int(params["prune.protect_turns"])
+        self.protect = params["prune.protect_tokens"]
+        self.minimum = params["prune.minimum_tokens"]
+        self.protect_turns = params["prune.protect_turns"]
         self.protected_tools = {str(t).lower() for t in params["prune.protected_tools"]}
-        self.cleared_tokens = int(params["prune.cleared_tokens"])
-        self.prompt_tokens = int(params["compaction_prompt_tokens"])
+        self.cleared_tokens = params["prune.cleared_tokens"]
+        self.prompt_tokens = params["compaction_prompt_tokens"]
         #: Tool outputs cleared by pruning.
         self.pruned: set[int] = set()
         #: What entered the conversation for the current request (the turn in progress).
@@ -199,6 +208,64 @@ class OpencodeSession(ConversationSession):
         return max(s for s in self.conv.groups() if s <= first)
 
 
+#: opencode's parameters (simulator/params.py); values in `Opencode.defaults`.
+PARAMS: dict[str, Param] = {
+    "input_limit_tokens": tokens(
+        "the model's input limit; null: its context window",
+        "ours: simulator/models.py facts",
+        optional=True,
+    ),
+    "max_output_tokens": tokens(
+        "the model's max output; null: the model's",
+        "ours: simulator/models.py facts",
+        optional=True,
+    ),
+    "compaction_buffer_tokens": tokens(
+        "usable input = input limit - min(this, max output)",
+        "opencode SessionCompaction: 20,000",
+    ),
+    "reserved_tokens": tokens(
+        "the reserve itself; null: min(compaction_buffer_tokens, max output)",
+        "opencode SessionCompaction",
+        optional=True,
+    ),
+    "compaction_prompt_tokens": tokens("the compaction agent's instructions", "ours: an estimate"),
+    "prune.enabled": flag(
+        "clear older tool outputs at the end of each turn",
+        "opencode SessionCompaction prune",
+    ),
+    "prune.at": choice(
+        PRUNE_AT,
+        "when pruning runs: before a new human message or before every request",
+        "opencode: at the end of each user turn",
+    ),
+    "prune.protect_tokens": tokens(
+        "newest tool-output tokens pruning never clears", "opencode PRUNE_PROTECT: 40,000"
+    ),
+    "prune.minimum_tokens": tokens(
+        "pruning happens only if it frees at least this many tokens",
+        "opencode PRUNE_MINIMUM: 20,000 (DESIGN.md 5)",
+    ),
+    "prune.protect_turns": count(
+        "newest user turns whose tool outputs pruning never touches",
+        "opencode: the last 2 turns",
+        unit="turns",
+    ),
+    "prune.protected_tools": names(
+        "tools whose outputs are never pruned", "opencode PRUNE_PROTECTED_TOOLS: skill"
+    ),
+    "prune.cleared_tokens": tokens(
+        "size of '[Old tool result content cleared]'", "opencode's placeholder text"
+    ),
+    "summary_tokens": SUMMARY_TOKENS,
+    "summary_cap_tokens": SUMMARY_CAP_TOKENS,
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+    "warm_start": WARM_START,
+}
+
+
 @register
 class Opencode(Policy):
     """opencode: prune old tool outputs at the end of each turn, compact at the usable
@@ -226,6 +293,7 @@ class Opencode(Policy):
         "prefix_resets": True,
         "warm_start": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def session(self, ctx: SessionContext) -> SessionPolicy:
         return OpencodeSession(ctx, self.params)

@@ -43,8 +43,16 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import (
+    CACHE_TTL,
+    MESSAGE_MARKS,
+    PREFIX_RESETS,
+    SUMMARY_CAP_TOKENS,
+    SUMMARY_TOKENS,
+    ConversationSession,
+)
 from policies.calibration.summary import SUMMARY_CAP
+from simulator.params import Declarations, Param, count, flag, tokens
 from simulator.policy import (
     Emitter,
     Policy,
@@ -62,12 +70,12 @@ class OpenHandsSession(ConversationSession):
     """One session's condenser state: the live summary item and the condensation count."""
 
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
-        self.max_size = int(params["max_size"])
-        self.keep_first = int(params["keep_first"])
-        self.prompt_tokens = int(params["prompt_tokens"])
-        self.with_prefix = bool(params["condense.with_prefix"])
-        self.condense_cached = bool(params["condense.cached"])
+        super().__init__(ctx, params, message_marks=params["cache.message_marks"])
+        self.max_size = params["max_size"]
+        self.keep_first = params["keep_first"]
+        self.prompt_tokens = params["prompt_tokens"]
+        self.with_prefix = params["condense.with_prefix"]
+        self.condense_cached = params["condense.cached"]
         #: The summary item now in the conversation (None before the first condensation).
         self.summary: int | None = None
         self.condensations = 0
@@ -115,6 +123,36 @@ class OpenHandsSession(ConversationSession):
         self.condensations += 1
 
 
+#: The condenser's parameters (simulator/params.py); values in `OpenHands.defaults`.
+PARAMS: dict[str, Param] = {
+    "max_size": count(
+        "condense when the view holds more than this many events",
+        "OpenHands LLMSummarizingCondenser: 120 (the SDK's default agent: 240)",
+        low=1,
+        unit="events",
+    ),
+    "keep_first": count(
+        "first events (the task) always kept",
+        "OpenHands LLMSummarizingCondenser: 4",
+        unit="events",
+    ),
+    "summary_tokens": SUMMARY_TOKENS,
+    "summary_cap_tokens": SUMMARY_CAP_TOKENS,
+    "prompt_tokens": tokens("the summarising prompt", "ours: an estimate"),
+    "condense.with_prefix": flag(
+        "the condenser request sends the agent's system + tools prefix",
+        "OpenHands: a single user message, no system prompt or tools",
+    ),
+    "condense.cached": flag(
+        "the condenser request is marked for the prompt cache",
+        "OpenHands: no cache_control on the condenser request (DESIGN.md 5)",
+    ),
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+}
+
+
 @register
 class OpenHands(Policy):
     """OpenHands' LLMSummarizingCondenser (module docstring: facts and choices)."""
@@ -133,10 +171,11 @@ class OpenHands(Policy):
         "cache.ttl": "recorded",
         "prefix_resets": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        max_size, keep_first = int(self.params["max_size"]), int(self.params["keep_first"])
+        max_size, keep_first = self.params["max_size"], self.params["keep_first"]
         if keep_first < 0 or max_size // 2 - keep_first - 1 <= 0:
             raise PolicyError(
                 f"openhands: keep_first ({keep_first}) must be >= 0 and less than "

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.base import ConversationSession
+from policies.base import CACHE_TTL, MESSAGE_MARKS, PREFIX_RESETS, ConversationSession
+from simulator.params import Declarations, Param, flag, fraction
 from simulator.policy import (
     Emitter,
     Policy,
@@ -32,10 +33,10 @@ class SlidingWindowSession(ConversationSession):
     """One session's window: the thresholds in tokens and the number of truncations."""
 
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
-        super().__init__(ctx, params, message_marks=int(params["cache.message_marks"]))
-        self.trigger = int(float(params["trigger_fraction"]) * self.window)
-        self.target = int(float(params["target_fraction"]) * self.window)
-        self.keep_first = bool(params["keep_first"])
+        super().__init__(ctx, params, message_marks=params["cache.message_marks"])
+        self.trigger = int(params["trigger_fraction"] * self.window)
+        self.target = int(params["target_fraction"] * self.window)
+        self.keep_first = params["keep_first"]
         self.truncations = 0
         self.dropped_groups = 0
 
@@ -58,6 +59,25 @@ class SlidingWindowSession(ConversationSession):
         self.dropped_groups += g - first
 
 
+#: The baseline's parameters (simulator/params.py); values in `SlidingWindow.defaults`.
+PARAMS: dict[str, Param] = {
+    "trigger_fraction": fraction(
+        "drop groups when the view holds more than this share of the window",
+        "ours: a generic baseline (module docstring)",
+        open_low=True,
+    ),
+    "target_fraction": fraction(
+        "drop until the view holds at most this share of the window",
+        "ours: a generic baseline (module docstring)",
+        open_low=True,
+    ),
+    "keep_first": flag("the first group (the task) is never dropped", "ours: a generic baseline"),
+    "cache.message_marks": MESSAGE_MARKS,
+    "cache.ttl": CACHE_TTL,
+    "prefix_resets": PREFIX_RESETS,
+}
+
+
 @register
 class SlidingWindow(Policy):
     """Drop the oldest API-round groups above a share of the window (module docstring)."""
@@ -72,11 +92,12 @@ class SlidingWindow(Policy):
         "cache.ttl": "recorded",
         "prefix_resets": True,
     }
+    declared: ClassVar[Declarations] = PARAMS
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        trigger = float(self.params["trigger_fraction"])
-        target = float(self.params["target_fraction"])
+        trigger = self.params["trigger_fraction"]
+        target = self.params["target_fraction"]
         if not 0 < target <= trigger:
             raise PolicyError(
                 "sliding-window: need 0 < target_fraction <= trigger_fraction "

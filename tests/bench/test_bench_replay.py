@@ -131,37 +131,55 @@ def naive_replay(session: Session, n: int | None = None) -> list[Row]:
     n = session.n_requests if n is None else min(n, session.n_requests)
     models = requests["model"].tolist()
     root = session_root(session, session.models[models[0]]) if n else 0
-    prefix = PrefixState(root, infer(session))
+    prefix = PrefixState(root, infer(session, recorded=True))
     ts = requests["ts"].tolist()
     # When each response was complete (a model without the column: when it was sent).
     ts_end = requests.data.get("ts_end", requests["ts"]).tolist()
+    uncached = requests["input"].tolist()
     ttl = recorded_ttl(session)
     blocks = session.blocks
     hashes = blocks["hash"].tolist()
     tokens = blocks["tokens"].tolist()
     stripped = (blocks["flags"] & Flag.STRIPPED) != 0
     caches: dict[int, NaiveAnthropicCache] = {}
-    warmed: list[tuple[View, int]] = []
+    #: Prefixes warm from other sessions: (view, position, since), seeded into every cache.
+    warmed: list[tuple[View, int, int]] = []
     rows: list[Row] = []
     for k in range(n):
         prefix.reset(k)
         view, warm, marks = prefix.start_view()
+        n_prefix = len(view)
         counted = session.view_mask(k, as_recorded=True)
         sent = counted | (stripped & (blocks["first_request"] <= k) & (k < blocks["compacted_at"]))
         for b, is_counted in zip(
             np.flatnonzero(sent).tolist(), counted[sent].tolist(), strict=True
         ):
             view.append(b, hashes[b], tokens[b] if is_counted else 0)
-        if k == 0:
-            warmed = [(view, p) for p in warm]
+        if k == 0 or prefix.warm_pending:  # the session's start, or a new model's prefix
+            fresh = [(view, p, ts[k]) for p in warm]
+            warmed += fresh
+            for existing in caches.values():
+                for warm_view, position, since in fresh:
+                    existing.warm(warm_view, position, since, KEPT_WARM_MS)
         cache = caches.get(models[k])
         if cache is None:
             cache = caches[models[k]] = NaiveAnthropicCache(
                 facts(session.models[models[k]]).min_cache_tokens
             )
-            for warm_view, position in warmed:
-                cache.warm(warm_view, position, ts[0], KEPT_WARM_MS)
-        breakpoints = [Breakpoint(p, ttl[k]) for p in [*marks, len(view) - 1]]
+            for warm_view, position, since in warmed:
+                cache.warm(warm_view, position, since, KEPT_WARM_MS)
+        # The message marker sits at the item boundary nearest to what the recording
+        # cached (its context less its uncached input), never inside the prefix.
+        last = len(view) - 1
+        lo = max(n_prefix - 1, marks[-1] if marks else 0)
+        mark = last
+        if uncached[k] > 0 and last > lo:
+            cum = list(accumulate(view.tokens))
+            target = cum[last] - uncached[k]
+            mark = next((i for i in range(lo, last) if cum[i] >= target), last)
+            if mark > lo and target - cum[mark - 1] < cum[mark] - target:
+                mark -= 1
+        breakpoints = [Breakpoint(p, ttl[k]) for p in [*marks, mark]]
         rows.append((k, *cache.request(view, breakpoints, ts[k], ts_end[k])))
     return rows
 

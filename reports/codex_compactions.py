@@ -1,0 +1,123 @@
+"""Check the Codex presets (policies/peers/codex.py `PRESETS`) on the recorded Codex
+compactions: does the matching preset compact within one request of the recording, and is
+the context after within 15% of the recorded one?
+
+Run: ``.venv/bin/python -m reports.codex_compactions ../shared/traces/codex``
+(prints the table; tests/test_codex_compactions.py asserts it).
+
+The i-th automatic compaction a session recorded is paired with the i-th compaction the
+preset makes when it replays that session (rows of stage ``compact``); the recorded
+request is the first one whose context is the compacted one (CompactionEvent.request), the
+simulated one is the request whose main call the preset sent compacted. Manual (/compact)
+compactions are listed, not paired: no automatic rule makes them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from policies.peers.codex import preset_for
+from simulator import policy as registry
+from simulator.model import Trace
+from simulator.replay import replay
+from traces.load import load
+
+
+@dataclass(frozen=True)
+class Row:
+    """One recorded compaction against the preset's replay of its session."""
+
+    folder: str
+    version: str
+    trigger: str
+    recorded_request: int
+    recorded_after: int  # recorded context of the first compacted request
+    sim_request: int  # -1: the preset did not compact (that many times)
+    sim_after: int
+
+    @property
+    def within_one(self) -> bool:
+        return self.sim_request >= 0 and abs(self.sim_request - self.recorded_request) <= 1
+
+    @property
+    def after_within_15(self) -> bool:
+        return self.sim_request >= 0 and abs(self.sim_after - self.recorded_after) <= (
+            0.15 * self.recorded_after
+        )
+
+
+def rows(src: Path) -> list[Row]:
+    out: list[Row] = []
+    for item in load([src], lenient=True):
+        trace = item.trace
+        assert trace is not None
+        parts = item.label.split("/")
+        folder = parts[1] if parts[0] == src.name and len(parts) > 2 else parts[0]
+        for session in trace.sessions:
+            if not session.events:
+                continue
+            version = session.client.removeprefix("codex").strip()
+            auto = [e for e in session.events if e.trigger != "manual"]
+            sim: list[tuple[int, int]] = []
+            if auto:
+                sim = _simulated(item.name, trace, session.id, version)
+            context = session.recorded_context()
+            for e in session.events:
+                recorded_after = int(context[e.request]) if e.request < len(context) else -1
+                paired = sim[auto.index(e)] if e in auto and auto.index(e) < len(sim) else None
+                out.append(
+                    Row(
+                        folder,
+                        version,
+                        e.trigger,
+                        e.request,
+                        recorded_after,
+                        paired[0] if paired else -1,
+                        paired[1] if paired else -1,
+                    )
+                )
+    return out
+
+
+def _simulated(name: str, trace: Trace, session_id: str, version: str) -> list[tuple[int, int]]:
+    """(request, context of its main call) of each compaction the preset makes."""
+    policy = registry.build("codex", preset_for(version))
+    one = Trace(
+        trace.format, trace.source_digest, [s for s in trace.sessions if s.id == session_id]
+    )
+    frame = replay([(name, one)], policy)
+    compacts = frame.filter(pl.col("stage") == "compact")["request"].to_list()
+    main = frame.filter(pl.col("kind") == "request")
+    after = dict(zip(main["request"].to_list(), main["context_tokens"].to_list(), strict=True))
+    return [(k, int(after.get(k, -1))) for k in compacts]
+
+
+def table(found: list[Row]) -> str:
+    lines = [
+        "| folder | cli | trigger | recorded k | sim k | within 1 | recorded after | sim after"
+        " | within 15% |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
+    for r in found:
+        lines.append(
+            f"| {r.folder} | {r.version} | {r.trigger} | {r.recorded_request} | {r.sim_request}"
+            f" | {'yes' if r.within_one else 'no'} | {r.recorded_after:,} | {r.sim_after:,}"
+            f" | {'yes' if r.after_within_15 else 'no'} |"
+        )
+    auto = [r for r in found if r.trigger != "manual"]
+    if auto:
+        one = sum(r.within_one for r in auto) / len(auto)
+        after = sum(r.after_within_15 for r in auto) / len(auto)
+        lines.append(
+            f"\nautomatic: {len(auto)}; within one request: {one:.0%}; after within 15%:"
+            f" {after:.0%}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(rows(Path(sys.argv[1]))))
