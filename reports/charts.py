@@ -25,7 +25,6 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
-from policies.claude_code.autocompact import limits_for
 from simulator.models import facts
 from simulator.outputs import has_loss
 
@@ -354,53 +353,35 @@ def _tokens_of(value: float, window: int) -> int:
     return round(value * window) if 0 < value <= 1 else round(value)
 
 
-def policy_lines(params: dict[str, Any], window: int, max_output: int) -> list[Line]:
-    """Compaction thresholds and blocking limits a policy's parameters state, in tokens.
+def stated_lines(rows: pl.DataFrame) -> list[Line]:
+    """The limits the policy stated for these rows (one spec, one session: the
+    `threshold_tokens` and `blocking_tokens` columns, simulator/policy.py `Limits`): the
+    first threshold it worked to (a breaker or thrashing may switch it off later) and its
+    blocking limit. Empty where the policy states none, or the rows predate the columns."""
+    lines: list[Line] = []
+    for column, label, style in (
+        ("threshold_tokens", "compaction threshold", "--"),
+        ("blocking_tokens", "blocking limit", ":"),
+    ):
+        if column not in rows.columns:
+            continue
+        values = rows[column].drop_nulls()
+        if len(values) and int(values[0]) > 0:
+            lines.append(Line(label, int(values[0]), style))
+    return sorted(lines, key=lambda line: (-line.tokens, line.label))
 
-    Claude Code (policies/claude_code, DESIGN.md section 4), from `autocompact.*`: the
-    threshold and blocking limit of the policy's own `limits_for` (the threshold drawn
-    while autocompact is on and collapse off). With `collapse.enabled`: its commit and
-    blocking points, `collapse.commit_fraction` and `collapse.block_fraction` of the
-    effective window. Any other policy: a parameter `threshold`, `*_threshold` or
-    `blocking_limit` under any stage prefix (tokens; a fraction of the window when at most
-    1), unless the stage's `enabled` is false.
-    """
+
+def policy_lines(params: dict[str, Any], window: int) -> list[Line]:
+    """Thresholds and blocking limits of a policy that states no limits of its own, from
+    its parameters: a parameter `threshold`, `*_threshold` or `blocking_limit` under any
+    stage prefix (tokens; a fraction of the window when at most 1), unless the stage's
+    `enabled` is false."""
     lines: dict[tuple[str, int], Line] = {}
 
     def add(kind: str, label: str, tokens: int, style: str) -> None:
         if tokens > 0:
             lines[(kind, tokens)] = Line(label, tokens, style)
 
-    def number(key: str) -> float | None:
-        return _number(params.get(key))
-
-    buffer = number("autocompact.buffer_tokens")
-    if buffer is not None:
-        most = number("autocompact.max_output_tokens")
-        cap = number("autocompact.reserve_cap_tokens")  # null: no cap
-        fraction = number("autocompact.threshold_fraction")  # null: the buffer rule
-        offset = number("autocompact.blocking_offset_tokens")
-        lim = limits_for(
-            window,
-            max_output,
-            max_output=max_output if most is None else round(most),
-            reserve_cap=None if cap is None else round(cap),
-            buffer=round(buffer),
-            fraction=fraction,
-            warning_offset=0,
-            blocking_offset=round(offset or 0),
-        )
-        effective = lim.effective
-        collapse = bool(params.get("collapse.enabled", False))
-        if params.get("autocompact.enabled", True) and not collapse:
-            add("t", "autocompact threshold", lim.threshold, "--")
-        add("b", "blocking limit", lim.blocking, ":")
-        commit, block = number("collapse.commit_fraction"), number("collapse.block_fraction")
-        if collapse and commit is not None:
-            add("t", "collapse commit", round(commit * effective), "--")
-        if collapse and block is not None:
-            add("b", "collapse blocking limit", round(block * effective), ":")
-        return sorted(lines.values(), key=lambda line: (-line.tokens, line.label))
     off = {k.rsplit(".", 1)[0] for k, v in params.items() if k.endswith("enabled") and not v}
     for key, value in sorted(params.items()):
         stage, _, leaf = key.rpartition(".")
@@ -461,10 +442,10 @@ def session_chart(
 ) -> bytes:
     """Context size over the requests of one session, every policy spec of the run.
 
-    Lines: each spec's context per request; the model's window; thresholds and blocking
-    limits from each spec's parameters. Markers: compaction calls (one shape per stage),
-    requests right after a compaction (including the recording's own under as-recorded),
-    overflows and breaker trips.
+    Lines: each spec's context per request; the model's window; the thresholds and
+    blocking limits each spec stated for this session (else those its parameters name).
+    Markers: compaction calls (one shape per stage), requests right after a compaction
+    (including the recording's own under as-recorded), overflows and breaker trips.
     """
     rows = rows.sort("request", "call", "policy", "params_hash")
     all_specs = specs(rows)
@@ -472,7 +453,6 @@ def session_chart(
     params = spec_params(manifest)
     model_facts = [facts(m) for m in rows["model"].unique().sort().to_list()]
     window = max(f.window for f in model_facts)
-    max_output = max(f.max_output for f in model_facts)
     context_max = int(rows["context_tokens"].max() or 0)  # type: ignore[arg-type]
     stages = sorted(s for s in rows.filter(pl.col("kind") != "request")["stage"].unique())
     markers = {s: STAGE_MARKERS[i % len(STAGE_MARKERS)] for i, s in enumerate(stages)}
@@ -545,7 +525,7 @@ def session_chart(
             if trips.height:
                 scatter(trips, marker="D", s=42, color="black")
                 events["breaker trip"] = _marker("D", "breaker trip", color="black", markersize=6)
-            for lim in policy_lines(params.get(spec, {}), window, max_output):
+            for lim in stated_lines(mine) or policy_lines(params.get(spec, {}), window):
                 label = f"{labels[spec]}: {lim.label} {tokens_label(lim.tokens)}"
                 limits.append((Line(label, lim.tokens, lim.style), color))
         # A limit far above the data would squash it against the axis: a limit is drawn

@@ -115,10 +115,26 @@ class SessionContext:
             self.ts_end = list(self.ts)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The limits a policy works to in one session, in tokens, as it states them: where it
+    compacts (None: it does not compact on size) and where it stops sending (None: the
+    model's window). Rows carry them and charts draw them, so a line on a chart is the rule
+    the policy applied (its version's window, the user's settings), not a formula
+    re-derived from its parameters."""
+
+    threshold: int | None = None
+    blocking: int | None = None
+
+
 class SessionPolicy(ABC):
     @abstractmethod
     def step(self, k: int, out: Emitter) -> None:
         """Emit the calls made for recorded request k (and update the policy's view)."""
+
+    def limits(self) -> Limits | None:
+        """The limits in force before the next step; None where the policy states none."""
+        return None
 
 
 class Policy(ABC):

@@ -50,6 +50,8 @@ ROW_SCHEMA: dict[str, Any] = {
     "output": pl.Int64,
     "overflow": pl.Boolean,
     "breaker_trip": pl.Boolean,
+    "threshold_tokens": pl.Int64,
+    "blocking_tokens": pl.Int64,
 }
 COST_COLUMNS = (
     "cost_uncached_input",
@@ -110,6 +112,9 @@ class _SessionEngine(Emitter):
         self.model_index: list[int] = session.requests["model"].tolist()
         self.k = 0
         self.seq = 0
+        #: The policy's stated limits for the current request (SessionPolicy.limits).
+        self.threshold: int | None = None
+        self.blocking: int | None = None
 
     @property
     def cache(self) -> PromptCache:
@@ -164,6 +169,8 @@ class _SessionEngine(Emitter):
                 call.output_tokens,
                 flags.get("overflow", False) if flags else False,
                 flags.get("breaker_trip", False) if flags else False,
+                self.threshold,
+                self.blocking,
             )
         )
         self.seq += 1
@@ -210,6 +217,9 @@ def replay_session(
     for k in range(n):
         engine.k = k
         engine.seq = 0
+        limits = state.limits()
+        if limits is not None:
+            engine.threshold, engine.blocking = limits.threshold, limits.blocking
         state.step(k, engine)
 
 

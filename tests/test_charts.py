@@ -116,46 +116,49 @@ def test_sessions_where_something_happened_come_first() -> None:
     assert charts.session_keys(rows.drop("after_compaction"), 5) == [("a", 0), ("b", 0)]
 
 
-CLAUDE_CODE = {
-    "autocompact.enabled": True,
-    "autocompact.buffer_tokens": 13_000,
-    "autocompact.max_output_tokens": 32_000,
-    "autocompact.reserve_cap_tokens": 20_000,
-    "autocompact.blocking_offset_tokens": 3_000,
-    "collapse.enabled": False,
-    "collapse.commit_fraction": 0.9,
-    "collapse.block_fraction": 0.95,
-}
-
-
 def _lines(params: dict[str, Any]) -> list[tuple[str, int]]:
-    return [(line.label, line.tokens) for line in charts.policy_lines(params, 200_000, 64_000)]
+    return [(line.label, line.tokens) for line in charts.policy_lines(params, 200_000)]
 
 
-def test_policy_lines_from_parameters() -> None:
+def _stated(name: str, params: dict[str, Any] | None = None) -> list[tuple[str, int]]:
+    """The lines a session chart draws for a Claude Code preset on a 200k Sonnet 4.5
+    session: the limits the policy stated in its rows."""
+    rows = replayed(TRACES[:1], registry.build(name, params or {}))
+    return [(line.label, line.tokens) for line in charts.stated_lines(rows)]
+
+
+def test_lines_are_the_limits_the_policy_stated() -> None:
     """DESIGN.md section 4: 167k and 177k on a 200k window; 155k and 165k when the whole
-    32k max output is reserved (2.1.6)."""
-    assert _lines(CLAUDE_CODE) == [("blocking limit", 177_000), ("autocompact threshold", 167_000)]
-    old = CLAUDE_CODE | {"autocompact.reserve_cap_tokens": None}
-    assert _lines(old) == [("blocking limit", 165_000), ("autocompact threshold", 155_000)]
-    # 1.0: 92% of the 168,000 effective window, int(0.92 x 168,000).
-    one = old | {"autocompact.threshold_fraction": 0.92}
-    assert _lines(one) == [("blocking limit", 165_000), ("autocompact threshold", 154_560)]
-    # A model that writes at most 8,192 tokens: the policy reserves 8,192, not 32,000
-    # (effective 191,808: threshold 178,808, blocking 188,808), and so do the lines.
-    short = charts.policy_lines(CLAUDE_CODE, 200_000, 8_192)
-    assert [(line.label, line.tokens) for line in short] == [
-        ("blocking limit", 188_808),
-        ("autocompact threshold", 178_808),
-    ]
-    off = CLAUDE_CODE | {"autocompact.enabled": False}
-    assert _lines(off) == [("blocking limit", 177_000)]
-    collapse = CLAUDE_CODE | {"collapse.enabled": True}
-    assert _lines(collapse) == [
+    32k max output is reserved (2.1.6); 1.0: 92% of the 168,000 effective window."""
+    assert _stated("claude-code@2.1.88") == [
         ("blocking limit", 177_000),
-        ("collapse blocking limit", 171_000),
-        ("collapse commit", 162_000),
+        ("compaction threshold", 167_000),
     ]
+    assert _stated("claude-code@2.1.6") == [
+        ("blocking limit", 165_000),
+        ("compaction threshold", 155_000),
+    ]
+    assert _stated("claude-code@1.0") == [
+        ("blocking limit", 165_000),
+        ("compaction threshold", 154_560),
+    ]
+    # CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60: floor(0.6 x 180,000) = 108,000
+    assert _stated("claude-code@2.1.88", {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": 60}) == [
+        ("blocking limit", 177_000),
+        ("compaction threshold", 108_000),
+    ]
+    assert _stated("claude-code@2.1.88", {"autocompact.enabled": False}) == [
+        ("blocking limit", 177_000)
+    ]
+    # collapse: commit at 0.9 and block at 0.95 of the 180,000 effective window
+    assert _stated("claude-code@2.1.88", {"collapse.enabled": True}) == [
+        ("blocking limit", 171_000),
+        ("compaction threshold", 162_000),
+    ]
+    assert _stated("as-recorded") == []
+
+
+def test_policy_lines_from_parameters_of_a_policy_that_states_none() -> None:
     assert _lines({"compact.threshold": 0.9, "compact.blocking_limit": 190_000}) == [
         ("compact blocking limit", 190_000),
         ("compact threshold", 180_000),

@@ -101,6 +101,8 @@ def _expected_rows(
             "ts_ms": T0 + row["request"] * MIN,
             "model": SONNET,
             "cache_write_1h": 0,
+            "threshold_tokens": None,  # neither policy states limits of its own
+            "blocking_tokens": None,
             "policy": policy,
             "params_hash": spec.param_hash,
             "cost_uncached_input": row["uncached_input"] * RATES["input"],

@@ -28,6 +28,7 @@ by the stages, under the recorded system prefix.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from policies.base import ConversationSession, ttl_ms
@@ -50,6 +51,7 @@ from simulator.policy import (
     SessionPolicy,
     register,
 )
+from simulator.policy import Limits as StatedLimits
 from simulator.view import Breakpoint, View, chain
 
 COMPACTABLE_TOOLS = [
@@ -158,7 +160,7 @@ class _State(ConversationSession):
         model = ctx.models[0] if ctx.models else ""
         window, allowed = client_window(ctx.session, model, ctx.facts.window, p)
         self.auto.enabled = self.auto.enabled and allowed
-        self.limits: Limits = self.auto.limits(window, ctx.facts.max_output)
+        self.limits_: Limits = self.auto.limits(window, ctx.facts.max_output)
         self.compact_off = env_truthy(p["DISABLE_COMPACT"])
         self.call_ttl = str(p["autocompact.call_ttl"])
         self._marks_of: list[int] = []
@@ -167,6 +169,19 @@ class _State(ConversationSession):
 
     def on_enter(self, blocks: list[int]) -> None:
         self.budget.on_enter(self.conv, blocks)
+
+    def limits(self) -> StatedLimits:
+        """Where this session compacts and blocks: collapse's commit and blocking points
+        when collapse is on, else autocompact's threshold while it is on (not tripped, not
+        switched off by a setting or the version's window rule) and the blocking limit."""
+        lim = self.limits_
+        if self.collapse.enabled:
+            return StatedLimits(
+                math.floor(self.collapse.commit * lim.effective),
+                math.floor(self.collapse.block * lim.effective),
+            )
+        on = self.auto.enabled and not self.auto.tripped
+        return StatedLimits(lim.threshold if on else None, lim.blocking)
 
     def breakpoints(self, view: View, ttl: int, *, fork: bool = False) -> list[Breakpoint]:
         """System markers, then one message marker on the last item (a fork such as the
@@ -196,7 +211,7 @@ class _State(ConversationSession):
         self.sync(k)
         ttl = self.ttl(k)
         self.warm_once(out)
-        limits = self.limits
+        limits = self.limits_
         estimate = self.estimate(k)
         estimate -= self.snip.run(conv, estimate, limits.effective)
         prev_end = self.ctx.ts_end[k - 1] if k else None  # last assistant message
@@ -247,7 +262,7 @@ class _State(ConversationSession):
         """A full compaction. With `attached` the tokens put back after the summary are
         given (a recorded compaction's), else they are modelled."""
         attempts = self.auto.compact(
-            self.conv, self.ctx.rng, self.limits.window, summary, attached=attached
+            self.conv, self.ctx.rng, self.limits_.window, summary, attached=attached
         )
         if self.call_ttl != "request":
             ttl = ttl_ms(self.call_ttl, ttl)
