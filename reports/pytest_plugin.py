@@ -55,9 +55,9 @@ class Replay:
 
     def write(self, out: Path) -> Path:
         """Save requests.parquet, sessions.parquet and manifest.json under `out`."""
-        out.mkdir(parents=True, exist_ok=True)
-        for name, data in self.outputs.files.items():
-            (out / name).write_bytes(data)
+        from simulator import run as service
+
+        service.write(self.outputs, out)
         return out
 
 
@@ -89,28 +89,15 @@ def replay_run(
     cache: str = "auto",
     lenient: bool = False,
 ) -> Replay:
-    """Replay `src` under one policy exactly as `ctxsim run` does (same rows, same bytes)."""
-    from reports.loss import replay_with_loss
+    """Replay `src` under one policy exactly as `ctxsim run` does (the same run service,
+    simulator/run.py: same rows, same bytes)."""
     from simulator import policy as registry
-    from simulator.outputs import build_run
-    from simulator.pricing import PriceBook
-    from simulator.replay import ReplayOptions
+    from simulator import run as service
 
     traces = _named(src, lenient)
     built = registry.build(policy, params or {})
-    prices = PriceBook()
-    options = ReplayOptions(cache=cache, seed=seed)
-    frame = replay_with_loss(traces, built, options, prices)
-    outputs = build_run(
-        [frame],
-        [built.spec()],
-        traces,
-        seed=seed,
-        cache=cache,
-        prices_version=prices.version,
-        lenient=lenient,
-    )
-    return Replay(outputs)
+    settings = service.RunSettings(seed=seed, cache=cache, lenient=lenient)
+    return Replay(service.run(traces, [built], settings))
 
 
 @pytest.fixture

@@ -482,12 +482,8 @@ def run(
     is written atomically, and the charts and report are then drawn from the written files;
     the same inputs give byte-identical files.
     """
-    import polars as pl
-
-    from reports.loss import replay_with_loss
-    from simulator.outputs import build_run, render_summary
-    from simulator.pricing import PriceBook
-    from simulator.replay import ReplayOptions
+    from simulator import run as service
+    from simulator.outputs import render_summary
 
     parsed: list[Param] = []
     for text in params:
@@ -498,26 +494,11 @@ def run(
     policies = _build_policies(policy_names, parsed)
     tally = _tally()
     named = _named_traces(src, lenient, no_cache, jobs, tally)
-    prices = PriceBook()
-    options = ReplayOptions(cache=cache, seed=seed)
-    # One unit of work per policy and trace, so a long run shows its progress; the rows get
-    # the loss proxies (reports/loss.py) from the views the engine prices.
-    units = [(i, item) for i in range(len(policies)) for item in named]
-    parts: list[list[pl.DataFrame]] = [[] for _ in policies]
-    for i, item in _progress(units, "replaying"):
-        parts[i].append(replay_with_loss([item], policies[i], options, prices))
-    frames = [pl.concat(p, how="vertical") for p in parts]
-    outputs = build_run(
-        frames,
-        [p.spec() for p in policies],
-        named,
-        seed=seed,
-        cache=cache,
-        prices_version=prices.version,
-        lenient=lenient,
+    settings = service.RunSettings(seed=seed, cache=cache, lenient=lenient)
+    outputs = service.run(
+        named, policies, settings, progress=lambda units: _progress(units, "replaying")
     )
-    for name, data in outputs.files.items():
-        atomic_write(out / name, data)
+    service.write(outputs, out)
     written = list(outputs.files)
     if not no_report and outputs.requests.height:  # nothing to draw without a request
         written.append(_write_report(out, session_charts))

@@ -39,7 +39,7 @@ SESSION_KEYS = ("trace", "session_index", "session", "policy", "params_hash")
 TOKEN_COLUMNS = ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output")
 
 #: Loss proxies of a request row: what the view no longer holds (reports/METRICS.md). The
-#: replay engine does not emit them yet; reports/loss.py adds them to each policy's frame
+#: replay engine does not emit them yet; simulator/loss.py adds them to each policy's frame
 #: by observing the same views. A frame without them gives null loss summaries.
 LOSS_SCHEMA: dict[str, Any] = {
     "human_tokens": pl.Int64,

@@ -53,6 +53,7 @@ import orjson
 import polars as pl
 
 from simulator import policy as registry
+from simulator import run as service
 from simulator.files import atomic_write
 from simulator.model import Trace
 from simulator.outputs import (
@@ -67,7 +68,7 @@ from simulator.outputs import (
     trace_entry,
 )
 from simulator.policy import Policy, PolicyError, PolicySpec
-from simulator.replay import ReplayOptions, default_prices, replay
+from simulator.replay import ReplayOptions, default_prices
 from simulator.variants import Variant, build_variant, load_variant
 
 MANIFEST_FILE = "sweep.json"
@@ -443,11 +444,13 @@ class Worker:
     def __init__(self, traces: NamedTraces, options: ReplayOptions) -> None:
         self.traces = list(traces)
         self.options = options
+        self.settings = service.RunSettings(seed=options.seed, cache=options.cache)
         registry.names()  # load every registered policy now, not in the first cell
 
     def run(self, spec: PolicySpec) -> CellOutput:
         start = time.perf_counter()
-        frame = replay(self.traces, registry.from_spec(spec), self.options, default_prices())
+        built = registry.from_spec(spec)
+        frame = service.rows(self.traces, built, self.settings, default_prices(), loss=False)
         frame = frame.sort(list(REQUEST_ORDER))
         data = parquet_bytes(frame)
         requests = int((frame["kind"] == "request").sum())

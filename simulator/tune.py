@@ -30,10 +30,11 @@ import orjson
 import polars as pl
 
 from simulator import policy as registry
+from simulator import run as service
 from simulator.model import Trace
 from simulator.outputs import overall_summary, policy_entry, trace_entry
 from simulator.policy import Policy, PolicyError
-from simulator.replay import ReplayOptions, default_prices, replay
+from simulator.replay import default_prices
 from simulator.sweep import SweepError, parse_values, split_key
 from simulator.variants import build_variant, load_variant
 
@@ -348,7 +349,7 @@ def tune(
     for number in stale:  # a run killed mid-trial: that trial will never finish
         study.tell(number, state=optuna.trial.TrialState.FAIL)
     existing = len(study.get_trials(deepcopy=False))
-    options = ReplayOptions(cache=spec.cache, seed=spec.seed)
+    run_settings = service.RunSettings(seed=spec.seed, cache=spec.cache)
     prices = default_prices()
     shipped = {d.key: base.params.get(d.key) for d in spec.dimensions}
     if existing == 0 and all(d.contains(shipped[d.key]) for d in spec.dimensions):
@@ -372,7 +373,7 @@ def tune(
     def objective(trial: optuna.Trial) -> float:
         values = {d.key: d.suggest(trial) for d in spec.dimensions}
         policy = spec.build(values)
-        found = figures(replay(list(traces), policy, options, prices))
+        found = figures(service.rows(traces, policy, run_settings, prices, loss=False))
         trial.set_user_attr("params", values)
         trial.set_user_attr("params_hash", policy.spec().param_hash)
         trial.set_user_attr("figures", found)
@@ -397,7 +398,7 @@ def tune(
     if trials:
         study.optimize(objective, n_trials=trials, callbacks=[callback], catch=())
     frame = trials_frame(study.get_trials(deepcopy=False), spec)
-    baseline = figures(replay(list(traces), base, options, prices))
+    baseline = figures(service.rows(traces, base, run_settings, prices, loss=False))
     return TuneResult(
         study=name,
         trials=frame,

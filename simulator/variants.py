@@ -68,6 +68,14 @@ def build_variant(variant: Variant, overrides: dict[str, Any] | None = None) -> 
     return built
 
 
+def build_named(name: str, params: dict[str, Any] | None = None) -> Policy:
+    """A policy from what a user names: a registered policy, or a variant .toml file, with
+    `params` on top (checked by their declarations)."""
+    if name.endswith(".toml"):
+        return build_variant(load_variant(Path(name)), params)
+    return registry.build(name, params)
+
+
 def default_sources(name: str) -> dict[str, tuple[Any, str]]:
     """Every parameter of a registered policy with its default and where that default
     comes from: the declaration's source (the fact it models, or "ours") when it is the

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import polars as pl
 
-from reports.loss import replay_with_loss
+from simulator.loss import replay_with_loss
 from simulator.model import Flag, Kind, Role, Session, Trace
 from simulator.outputs import build_run
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy

@@ -35,7 +35,7 @@ import polars as pl
 import pytest
 from report_helpers import RATES, SONNET, T0, Toy, replayed, trace_a, trace_b
 
-from reports import loss
+from simulator import loss
 from simulator import policy as registry
 from simulator.outputs import (
     LOSS_SCHEMA,

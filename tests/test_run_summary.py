@@ -30,7 +30,7 @@ def test_recorded_cost_prices_the_recorded_usage() -> None:
 
 
 def test_the_summary_shows_recorded_and_simulated_cost_for_every_policy() -> None:
-    from reports.loss import replay_with_loss
+    from simulator.loss import replay_with_loss
     from simulator.pricing import PriceBook
 
     traces = [("t", _trace(True))]

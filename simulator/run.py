@@ -1,0 +1,100 @@
+"""The run service: compiled traces and policies in, a run's rows and files out.
+
+One way through the program. `ctxsim run`, the `ctxsim_replay` pytest fixture, the Python API
+(simulator/api.py), sweeps and tuning all replay through `rows` (one policy, priced, with the
+loss proxies when asked) and `run` (every policy, then the run's outputs), so a request
+replayed by any of them gives the same row. The service takes traces already compiled and
+policies already built: reading files is the application's part (traces/, the CLI, the API).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from simulator.files import atomic_write
+from simulator.loss import replay_with_loss
+from simulator.model import Trace
+from simulator.outputs import RunOutputs, build_run
+from simulator.policy import Policy
+from simulator.pricing import PriceBook
+from simulator.replay import ReplayOptions, default_prices, replay
+
+NamedTraces = Sequence[tuple[str, Trace]]
+#: Wraps the (policy index, trace) units of a run, e.g. to show a progress bar.
+Progress = Callable[[list[tuple[int, tuple[str, Trace]]]], Iterable[tuple[int, tuple[str, Trace]]]]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run depends on beside its traces and policies (all of it in the manifest)."""
+
+    seed: int = 0
+    cache: str = "auto"  # the cache model: "auto" (by provider), "anthropic", "openai", ...
+    lenient: bool = False  # recorded in the manifest: whether damaged lines were skipped
+
+    @property
+    def options(self) -> ReplayOptions:
+        return ReplayOptions(cache=self.cache, seed=self.seed)
+
+
+def rows(
+    traces: NamedTraces,
+    policy: Policy,
+    settings: RunSettings | None = None,
+    prices: PriceBook | None = None,
+    *,
+    loss: bool = True,
+) -> pl.DataFrame:
+    """Every call of every session under `policy`, priced; with the loss proxies unless
+    `loss` is false (sweeps and tuning read cost and events only)."""
+    options = (settings or RunSettings()).options
+    book = prices or default_prices()
+    if loss:
+        return replay_with_loss(list(traces), policy, options, book)
+    return replay(list(traces), policy, options, book)
+
+
+def run(
+    traces: NamedTraces,
+    policies: Sequence[Policy],
+    settings: RunSettings | None = None,
+    prices: PriceBook | None = None,
+    progress: Progress | None = None,
+) -> RunOutputs:
+    """Replay every trace under every policy: the run's frames and the bytes of its files
+    (requests.parquet, sessions.parquet, manifest.json), not yet written.
+
+    One unit of work per policy and trace, so `progress` can show a long run moving."""
+    chosen = settings or RunSettings()
+    book = prices or PriceBook()
+    units = [(i, item) for i in range(len(policies)) for item in traces]
+    parts: list[list[pl.DataFrame]] = [[] for _ in policies]
+    for i, item in progress(units) if progress is not None else units:
+        parts[i].append(rows([item], policies[i], chosen, book))
+    frames = [
+        pl.concat(p, how="vertical") if p else rows([], policies[i], chosen, book)
+        for i, p in enumerate(parts)
+    ]
+    return build_run(
+        frames,
+        [p.spec() for p in policies],
+        list(traces),
+        seed=chosen.seed,
+        cache=chosen.cache,
+        prices_version=book.version,
+        lenient=chosen.lenient,
+    )
+
+
+def write(outputs: RunOutputs, out: Path) -> list[str]:
+    """Write a run's files under `out`, each atomically (a temporary file renamed); returns
+    their names. The manifest is written last, so a directory with a manifest whose file
+    digests match holds a whole run."""
+    names = sorted(outputs.files, key=lambda name: name == "manifest.json")
+    for name in names:
+        atomic_write(out / name, outputs.files[name])
+    return list(names)

@@ -1,0 +1,69 @@
+"""The Python API (simulator/api.py) is `ctxsim run` without the shell: same rows, same bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from simulator import api
+from simulator.cli import main
+from simulator.policy import PolicyError
+
+SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "samples"
+
+
+def test_the_api_writes_the_bytes_ctxsim_run_writes(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(SAMPLES),
+            "--policy",
+            "as-recorded",
+            "--policy",
+            "claude-code@2.1.88",
+            "-P",
+            "claude-code@2.1.88:autocompact.buffer_tokens=8k",
+            "--seed",
+            "3",
+            "--no-report",
+            "--out",
+            str(tmp_path / "cli"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    traces = api.load([SAMPLES])
+    run = api.replay(
+        traces,
+        ["as-recorded", ("claude-code@2.1.88", {"autocompact.buffer_tokens": "8k"})],
+        seed=3,
+    )
+    written = api.write(run, tmp_path / "api")
+    names = sorted(p.name for p in (tmp_path / "cli").iterdir())
+    assert names == ["manifest.json", "requests.parquet", "sessions.parquet"]
+    assert sorted(p.name for p in written.iterdir()) == names
+    for name in names:
+        assert (written / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+
+
+def test_frames_and_summary(tmp_path: Path) -> None:
+    run = api.replay(api.load([SAMPLES]), ["as-recorded", "none"])
+    assert set(run.requests["policy"].unique()) == {"as-recorded", "none"}
+    assert run.summary.height == 2
+    # one row per recorded request under as-recorded: every request of every session
+    recorded = run.requests.filter(
+        (pl.col("policy") == "as-recorded") & (pl.col("kind") == "request")
+    )
+    total = sum(s.n_requests for _, t in api.load([SAMPLES]) for s in t.sessions)
+    assert recorded.height == total
+    assert run.manifest["policies"][0]["name"] == "as-recorded"
+
+
+def test_a_bad_parameter_is_refused_when_the_policy_is_built() -> None:
+    with pytest.raises(PolicyError, match=r"snip\.enabled"):
+        api.policy(("claude-code", {"snip.enabled": "no"}))
+    with pytest.raises(PolicyError, match="unknown policy"):
+        api.policy("no-such-policy")
