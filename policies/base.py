@@ -188,7 +188,13 @@ class ConversationSession(SessionPolicy):
         call.output_tokens = self.ctx.output[k]
         call.flags = flags
         call.cached = self.cache
+        conv = self.conv
+        if conv.pending_edits:  # what the stages changed without a call, on the record
+            for edit in conv.pending_edits:
+                out.edit(edit)
+            conv.pending_edits = []
         out.call(view, call)
+        conv.sent_items = len(conv.items)
         self.last_total = view.total
         self.last_output = self.ctx.output[k]
         self.since_last = []

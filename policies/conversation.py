@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.model import Flag, Kind
-from simulator.policy import SessionContext
+from simulator.policy import Edit, SessionContext
 from simulator.prefix import PrefixState, infer
 from simulator.view import NO_BLOCK, View, chain
 
@@ -70,6 +70,10 @@ class Conversation:
         self._index: dict[int, int] = {}
         self._indexed = 0
         self._index_epoch = 0
+        #: Edits made since the last request was sent (sent with it, simulator/policy.py
+        #: `Edit`), and how many items that request held: an edit below it breaks the prefix.
+        self.pending_edits: list[Edit] = []
+        self.sent_items = 0
 
     # -- items ----------------------------------------------------------------------
 
@@ -153,42 +157,72 @@ class Conversation:
         """Item `index` changed: the view is re-chained from there at the next sync."""
         self._dirty = index if self._dirty is None else min(self._dirty, index)
 
-    def set_override(self, block: int, item_hash: int, tokens: int) -> None:
-        self.override[block] = (item_hash, tokens)
-        self.touch(self._position(block))
+    def _record(self, stage: str | None, kind: str, removed: int, first: int | None) -> None:
+        """Put an edit on the record when a stage names itself (compactions and the
+        history's own rewinds pass none: they are not edits of the policy's view)."""
+        if stage is not None:
+            breaks = first is not None and first < self.sent_items
+            self.pending_edits.append(Edit(stage, kind, max(0, removed), breaks))
 
-    def remove_blocks(self, blocks: set[int]) -> None:
-        """Items leave (a rewound branch): the view is re-chained from the first."""
+    def set_override(
+        self, block: int, item_hash: int, tokens: int, *, edit: str | None = None
+    ) -> None:
+        before = self.sent(block)[1]
+        self.override[block] = (item_hash, tokens)
+        i = self._position(block)
+        self.touch(i)
+        self._record(edit, "mask", before - self.sent(block)[1], i)
+
+    def persist_entering(
+        self, block: int, item_hash: int, tokens: int, *, edit: str | None = None
+    ) -> None:
+        """A block about to enter is sent as something smaller (a persisted tool result's
+        preview): set before it is appended, so nothing sent changes."""
+        self.override[block] = (item_hash, tokens)
+        self._record(edit, "persist", self.tokens[block] - tokens, None)
+
+    def remove_blocks(self, blocks: set[int], *, edit: str | None = None) -> None:
+        """Items leave (a rewound branch, or a stage dropping them): the view is re-chained
+        from the first."""
         if not blocks:
             return
         first = next((i for i, k in enumerate(self.items) if k in blocks), None)
         if first is None:
             return
+        removed = sum(self.sent(k)[1] for k in self.items if k in blocks) if edit else 0
         self.items = [k for k in self.items if k not in blocks]
         self.epoch += 1
         self.touch(first)
+        self._record(edit, "remove", removed, first)
 
-    def edit_out(self, block: int) -> None:
+    def edit_out(self, block: int, *, edit: str | None = None) -> None:
         """cache_edits: the item stops counting but keeps its place in the cached prefix.
         Applied to the view at the next sync, with the other deletions of this request
         (one pass over the token counts for all of them); an item at or after a pending
         change is re-appended by the sync, which reads `edited` itself."""
         if block in self.edited:
             return
+        removed = self.sent(block)[1]
         self.edited.add(block)
         i = self._position(block)
         if self._dirty is None or i < self._dirty:
             self._edits.append(self.n_prefix + i)
+        self._record(edit, "clear", removed, None)
 
-    def replace_range(self, lo: int, hi: int, keys: list[int]) -> None:
+    def replace_range(self, lo: int, hi: int, keys: list[int], *, edit: str | None = None) -> None:
         """Items lo..hi become `keys` (a summary of them, or nothing)."""
+        removed = 0
+        if edit is not None:
+            removed = sum(self.sent(k)[1] for k in self.items[lo:hi])
+            removed -= sum(self.sent(k)[1] for k in keys)
         self.items[lo:hi] = keys
         self.epoch += 1
         self.touch(lo)
+        self._record(edit, "replace" if keys else "remove", removed, lo)
 
-    def mask(self, block: int, tokens: int, salt: int) -> None:
+    def mask(self, block: int, tokens: int, salt: int, *, edit: str | None = None) -> None:
         """Show a block as a placeholder of `tokens` tokens (its content masked)."""
-        self.set_override(block, chain(self.hashes[block], salt), tokens)
+        self.set_override(block, chain(self.hashes[block], salt), tokens, edit=edit)
 
     def replace_all(self, keys: list[int]) -> None:
         """A compaction: the conversation becomes `keys` (after the prefix)."""

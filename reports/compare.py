@@ -52,6 +52,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("compactions", "compactions", "count", +1, "compaction-increase"),
     Metric("breaker_trips", "breaker trips", "count", +1, "breaker-trip-increase"),
     Metric("overflows", "overflows", "count", +1, "overflow-increase"),
+    Metric("edits", "context edits", "count", +1, "edit-increase"),
+    Metric("edit_tokens", "tokens edited out", "tokens", +1, "edit-token-increase"),
     Metric("human_verbatim_share", "human words kept", "share", -1, "human-kept-decrease"),
     Metric("summary_share", "summary share of view", "share", +1, "summary-share-increase"),
     Metric("stale_file_refs", "stale file refs", "count", +1, "stale-ref-increase"),

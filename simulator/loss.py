@@ -179,18 +179,22 @@ def replay_with_loss(
     policy: Policy,
     options: ReplayOptions | None = None,
     prices: PriceBook | None = None,
+    edits: list[Any] | None = None,
 ) -> pl.DataFrame:
-    """`simulator.replay.replay` with the LOSS_SCHEMA columns appended to its rows.
+    """`simulator.replay.replay` with the LOSS_SCHEMA columns appended to its rows (and
+    the policy's edits appended to `edits`, as `replay` does).
 
     One replay per trace (the observer is told the session index, not the trace); rows an
     engine already gives loss columns are returned as the engine made them.
     """
     if not traces:
-        return replay([], policy, options, prices)
+        return replay([], policy, options, prices, edits=edits)
     frames = []
     for name, trace in traces:
         sink: list[Any] = []
-        frame = replay([(name, trace)], policy, options, prices, observe=_Observer(trace, sink))
+        frame = replay(
+            [(name, trace)], policy, options, prices, observe=_Observer(trace, sink), edits=edits
+        )
         frames.append(frame if has_loss(frame) else _joined(frame, sink, policy))
     return pl.concat(frames, how="vertical")
 

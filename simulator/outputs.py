@@ -31,6 +31,7 @@ from simulator.replay import COST_COLUMNS
 REQUESTS_FILE = "requests.parquet"
 SESSIONS_FILE = "sessions.parquet"
 MANIFEST_FILE = "manifest.json"
+EDITS_FILE = "edits.parquet"
 
 #: Total order of request rows: one row per (trace, session, request, call, policy spec).
 REQUEST_ORDER = ("trace", "session_index", "request", "call", "policy", "params_hash")
@@ -97,6 +98,16 @@ def request_rows(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(list(frames), how="vertical").sort(list(REQUEST_ORDER))
 
 
+def edit_rows(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    """All policies' edit tables (simulator/replay.py EDIT_SCHEMA) as one frame, in the
+    order of the rows they precede; the order of a call's own edits is kept."""
+    frame = pl.concat(list(frames), how="vertical")
+    return frame.sort(
+        ["policy", "params_hash", "trace", "session_index", "request", "call"],
+        maintain_order=True,
+    )
+
+
 #: The whole prompt of a call: uncached plus cached (read and written) tokens.
 _INPUT = (
     pl.col("uncached_input")
@@ -144,6 +155,17 @@ def _loss_aggs(present: bool) -> list[pl.Expr]:
     ]
 
 
+def _edit_aggs(requests: pl.DataFrame) -> list[pl.Expr]:
+    """Edits without a call and the tokens they removed (null for rows that predate the
+    columns)."""
+    if "edits" in requests.columns:
+        return [
+            pl.col("edits").sum().cast(pl.Int64).alias("edits"),
+            pl.col("edit_tokens").sum().cast(pl.Int64).alias("edit_tokens"),
+        ]
+    return [pl.lit(None, pl.Int64).alias("edits"), pl.lit(None, pl.Int64).alias("edit_tokens")]
+
+
 def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per trace x session x policy spec, aggregated from the request rows."""
     frame = requests.group_by(list(SESSION_KEYS)).agg(
@@ -153,6 +175,7 @@ def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
         (pl.col("kind") == "compaction").sum().cast(pl.Int64).alias("compactions"),
         pl.col("overflow").sum().cast(pl.Int64).alias("overflows"),
         pl.col("breaker_trip").sum().cast(pl.Int64).alias("breaker_trips"),
+        *_edit_aggs(requests),
         _INPUT.sum().cast(pl.Int64).alias("input_tokens"),
         *(pl.col(c).sum().cast(pl.Int64) for c in TOKEN_COLUMNS),
         pl.col("context_tokens").max().cast(pl.Int64).alias("context_max"),
@@ -172,6 +195,8 @@ def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
         "compactions",
         "overflows",
         "breaker_trips",
+        "edits",
+        "edit_tokens",
         "input_tokens",
         *TOKEN_COLUMNS,
         "context_max",
@@ -191,6 +216,8 @@ SUMMARY_COLUMNS = (
     "compactions",
     "overflows",
     "breaker_trips",
+    "edits",
+    "edit_tokens",
     "input_tokens",
     "cost_total",
     "unpriced_calls",
@@ -199,7 +226,7 @@ SUMMARY_COLUMNS = (
 )
 
 
-def _summary_aggs(present: bool) -> list[pl.Expr]:
+def _summary_aggs(present: bool, edits: list[pl.Expr]) -> list[pl.Expr]:
     inputs = _INPUT.sum()
     return [
         (pl.col("kind") == "request").sum().cast(pl.Int64).alias("requests"),
@@ -207,6 +234,7 @@ def _summary_aggs(present: bool) -> list[pl.Expr]:
         (pl.col("kind") == "compaction").sum().cast(pl.Int64).alias("compactions"),
         pl.col("overflow").sum().cast(pl.Int64).alias("overflows"),
         pl.col("breaker_trip").sum().cast(pl.Int64).alias("breaker_trips"),
+        *edits,
         inputs.cast(pl.Int64).alias("input_tokens"),
         pl.col("cost_total").sum().alias("cost_total"),
         pl.col("cost_total").null_count().cast(pl.Int64).alias("unpriced_calls"),
@@ -220,7 +248,7 @@ def policy_summary(requests: pl.DataFrame) -> pl.DataFrame:
     for `cost_total`; `unpriced_calls` says how many were left out)."""
     return (
         requests.group_by(["policy", "params_hash"])
-        .agg(_summary_aggs(has_loss(requests)))
+        .agg(_summary_aggs(has_loss(requests), _edit_aggs(requests)))
         .select(["policy", "params_hash", *SUMMARY_COLUMNS])
         .sort(["policy", "params_hash"])
     )
@@ -228,7 +256,9 @@ def policy_summary(requests: pl.DataFrame) -> pl.DataFrame:
 
 def overall_summary(requests: pl.DataFrame) -> dict[str, Any]:
     """SUMMARY_COLUMNS over every row of the frame (all its policy specs together)."""
-    return requests.select(_summary_aggs(has_loss(requests))).row(0, named=True)
+    return requests.select(_summary_aggs(has_loss(requests), _edit_aggs(requests))).row(
+        0, named=True
+    )
 
 
 def trace_entry(name: str, trace: Trace) -> dict[str, Any]:
@@ -270,11 +300,16 @@ def build_run(
     cache: str,
     prices_version: str,
     lenient: bool,
+    edits: Sequence[pl.DataFrame] = (),
 ) -> RunOutputs:
-    """Every output of a run, as frames and as the exact bytes to write."""
+    """Every output of a run, as frames and as the exact bytes to write (edits.parquet
+    when `edits` holds the policies' edit tables)."""
     requests = request_rows(frames)
     sessions = session_rows(requests)
     files = {REQUESTS_FILE: parquet_bytes(requests), SESSIONS_FILE: parquet_bytes(sessions)}
+    edit_table = edit_rows(edits) if edits else None
+    if edit_table is not None:
+        files[EDITS_FILE] = parquet_bytes(edit_table)
     manifest: dict[str, Any] = {
         "ctxsim_version": ctxsim_version(),
         "prices": prices_version,
@@ -283,7 +318,8 @@ def build_run(
         "lenient": lenient,
         "policies": [policy_entry(s) for s in specs],
         "traces": [trace_entry(name, trace) for name, trace in traces],
-        "rows": {"requests": requests.height, "sessions": sessions.height},
+        "rows": {"requests": requests.height, "sessions": sessions.height}
+        | ({"edits": edit_table.height} if edit_table is not None else {}),
         "files": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
     }
     files[MANIFEST_FILE] = json_bytes(manifest)

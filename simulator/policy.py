@@ -80,8 +80,25 @@ class Call:
     cached: bool = True
 
 
+@dataclass(frozen=True)
+class Edit:
+    """A change a policy made to what it sends without an LLM call of its own (clearing,
+    masking, truncation, eviction, snip, a collapse commit): on the record, so a policy that
+    rewrites its context again and again shows it even with no compaction call."""
+
+    stage: str  # which part of the policy made it
+    #: "clear" (cache_edits: still sent, not counted), "mask", "remove", "replace" or
+    #: "persist" (a result sent as a preview from the start)
+    kind: str
+    tokens_removed: int  # what the view holds less (never negative: a rewrite that grows is 0)
+    breaks_prefix: bool  # it changed an item the last request already sent
+
+
 class Emitter(ABC):
     """Receives a policy's calls for the current request (implemented by the engine)."""
+
+    def edit(self, edit: Edit) -> None:  # noqa: B027 (a hook: engines that count edits)
+        """Record an edit made before the next call (the engine puts it on that call)."""
 
     @abstractmethod
     def call(self, view: View, call: Call) -> None: ...

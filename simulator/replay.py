@@ -26,7 +26,7 @@ import polars as pl
 from simulator.history import History
 from simulator.model import Session, Trace
 from simulator.models import facts, session_facts
-from simulator.policy import Call, Emitter, Policy, SessionContext
+from simulator.policy import Call, Edit, Emitter, Policy, SessionContext
 from simulator.pricing import PriceBook, UnknownModelError, UnsupportedPricingError
 from simulator.prompt_cache import FIVE_MINUTES, ONE_HOUR, PromptCache, Usage, for_provider
 from simulator.view import View
@@ -52,6 +52,21 @@ ROW_SCHEMA: dict[str, Any] = {
     "breaker_trip": pl.Boolean,
     "threshold_tokens": pl.Int64,
     "blocking_tokens": pl.Int64,
+    "edits": pl.Int32,
+    "edit_tokens": pl.Int64,
+}
+#: Columns of edits.parquet: one row per edit a policy made without a call (policy.Edit),
+#: with the call it preceded (definitions: reports/METRICS.md).
+EDIT_SCHEMA: dict[str, Any] = {
+    "trace": pl.String,
+    "session": pl.String,
+    "session_index": pl.Int32,
+    "request": pl.Int32,
+    "call": pl.Int32,
+    "stage": pl.String,
+    "kind": pl.String,
+    "tokens_removed": pl.Int64,
+    "breaks_prefix": pl.Boolean,
 }
 COST_COLUMNS = (
     "cost_uncached_input",
@@ -112,6 +127,9 @@ class _SessionEngine(Emitter):
         self.model_index: list[int] = session.requests["model"].tolist()
         self.k = 0
         self.seq = 0
+        #: Edits the policy made since its last call, and every edit's row (EDIT_SCHEMA).
+        self.pending: list[Edit] = []
+        self.edit_rows: list[tuple[Any, ...]] | None = None
         #: The policy's stated limits for the current request (SessionPolicy.limits).
         self.threshold: int | None = None
         self.blocking: int | None = None
@@ -143,6 +161,9 @@ class _SessionEngine(Emitter):
         for cache in self.caches.values():
             cache.warm_entry(*spec)
 
+    def edit(self, edit: Edit) -> None:
+        self.pending.append(edit)
+
     def call(self, view: View, call: Call) -> None:
         k = self.k
         now = self.ts[k]
@@ -171,8 +192,28 @@ class _SessionEngine(Emitter):
                 flags.get("breaker_trip", False) if flags else False,
                 self.threshold,
                 self.blocking,
+                len(self.pending),
+                sum(e.tokens_removed for e in self.pending) if self.pending else 0,
             )
         )
+        if self.pending:
+            if self.edit_rows is not None:
+                trace, session, index, seq = self.trace, self.session.id, self.index, self.seq
+                self.edit_rows.extend(
+                    (
+                        trace,
+                        session,
+                        index,
+                        k,
+                        seq,
+                        e.stage,
+                        e.kind,
+                        e.tokens_removed,
+                        e.breaks_prefix,
+                    )
+                    for e in self.pending
+                )
+            self.pending = []
         self.seq += 1
 
 
@@ -206,14 +247,16 @@ def replay_session(
     options: ReplayOptions,
     rows: list[Any],
     observe: Observer | None = None,
+    edits: list[Any] | None = None,
 ) -> None:
-    """Replay one session, appending its rows."""
+    """Replay one session, appending its rows (and its edits' rows to `edits`)."""
     n = session.n_requests
     if n == 0:
         return
     state = policy.session(session_context(trace_name, session, options))
     engine = _SessionEngine(trace_name, index, session, options.cache, rows)
     engine.observe = observe
+    engine.edit_rows = edits
     for k in range(n):
         engine.k = k
         engine.seq = 0
@@ -229,8 +272,10 @@ def replay(
     options: ReplayOptions | None = None,
     prices: PriceBook | None = None,
     observe: Observer | None = None,
+    edits: list[Any] | None = None,
 ) -> pl.DataFrame:
-    """Every session of every trace under `policy`: one row per call, priced."""
+    """Every session of every trace under `policy`: one row per call, priced. Given a list
+    `edits`, the policy's edits (EDIT_SCHEMA tuples) are appended to it."""
     opts = options or ReplayOptions()
     rows: list[Any] = []
     # Replay allocates many short-lived objects and no cycles: the cyclic collector would
@@ -240,7 +285,7 @@ def replay(
     try:
         for name, trace in traces:
             for i, session in enumerate(trace.sessions):
-                replay_session(name, i, session, policy, opts, rows, observe)
+                replay_session(name, i, session, policy, opts, rows, observe, edits)
     finally:
         if collecting:
             gc.enable()
@@ -323,3 +368,18 @@ def _cost_series(
         else:
             out[name] = pl.Series(name, np.where(known, values, np.nan)).fill_nan(None)
     return out
+
+
+def edit_frame(edits: list[Any], policy: Policy) -> pl.DataFrame:
+    """The edits table of one policy's replay (EDIT_SCHEMA, then policy and params_hash)."""
+    columns: list[tuple[Any, ...]] = (
+        list(zip(*edits, strict=True)) if edits else [() for _ in EDIT_SCHEMA]
+    )
+    data: dict[str, Any] = {
+        name: pl.Series(name, col, dtype)
+        for (name, dtype), col in zip(EDIT_SCHEMA.items(), columns, strict=True)
+    }
+    spec = policy.spec()
+    data["policy"] = pl.Series("policy", [spec.label] * len(edits), pl.String)
+    data["params_hash"] = pl.Series("params_hash", [spec.param_hash] * len(edits), pl.String)
+    return pl.DataFrame(data)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -21,7 +22,7 @@ from simulator.model import Trace
 from simulator.outputs import RunOutputs, build_run
 from simulator.policy import Policy
 from simulator.pricing import PriceBook
-from simulator.replay import ReplayOptions, default_prices, replay
+from simulator.replay import ReplayOptions, default_prices, edit_frame, replay
 
 NamedTraces = Sequence[tuple[str, Trace]]
 #: Wraps the (policy index, trace) units of a run, e.g. to show a progress bar.
@@ -48,14 +49,16 @@ def rows(
     prices: PriceBook | None = None,
     *,
     loss: bool = True,
+    edits: list[Any] | None = None,
 ) -> pl.DataFrame:
     """Every call of every session under `policy`, priced; with the loss proxies unless
-    `loss` is false (sweeps and tuning read cost and events only)."""
+    `loss` is false (sweeps and tuning read cost and events only); the policy's edits
+    appended to `edits` when given (simulator/replay.py EDIT_SCHEMA)."""
     options = (settings or RunSettings()).options
     book = prices or default_prices()
     if loss:
-        return replay_with_loss(list(traces), policy, options, book)
-    return replay(list(traces), policy, options, book)
+        return replay_with_loss(list(traces), policy, options, book, edits)
+    return replay(list(traces), policy, options, book, edits=edits)
 
 
 def run(
@@ -66,15 +69,16 @@ def run(
     progress: Progress | None = None,
 ) -> RunOutputs:
     """Replay every trace under every policy: the run's frames and the bytes of its files
-    (requests.parquet, sessions.parquet, manifest.json), not yet written.
+    (requests.parquet, sessions.parquet, edits.parquet, manifest.json), not yet written.
 
     One unit of work per policy and trace, so `progress` can show a long run moving."""
     chosen = settings or RunSettings()
     book = prices or PriceBook()
     units = [(i, item) for i in range(len(policies)) for item in traces]
     parts: list[list[pl.DataFrame]] = [[] for _ in policies]
+    edits: list[list[Any]] = [[] for _ in policies]
     for i, item in progress(units) if progress is not None else units:
-        parts[i].append(rows([item], policies[i], chosen, book))
+        parts[i].append(rows([item], policies[i], chosen, book, edits=edits[i]))
     frames = [
         pl.concat(p, how="vertical") if p else rows([], policies[i], chosen, book)
         for i, p in enumerate(parts)
@@ -87,6 +91,7 @@ def run(
         cache=chosen.cache,
         prices_version=book.version,
         lenient=chosen.lenient,
+        edits=[edit_frame(e, p) for e, p in zip(edits, policies, strict=True)],
     )
 
 

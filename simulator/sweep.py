@@ -876,7 +876,7 @@ def cells_frame(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
             **{k: _typed([e["grid"].get(k) for e in entries]) for k in keys},
         }
     )
-    aggs = [a for a in _summary_aggs(False) if a.meta.output_name() in CELL_FIGURES]
+    aggs = [a for a in _summary_aggs(False, []) if a.meta.output_name() in CELL_FIGURES]
     # One file at a time, whole: a float sum over one contiguous column is the same every
     # time, where a scan of many files may split (and so round) it differently.
     parts = [pl.read_parquet(out / e["path"]).rechunk().select(aggs) for e in entries]

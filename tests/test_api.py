@@ -43,7 +43,7 @@ def test_the_api_writes_the_bytes_ctxsim_run_writes(tmp_path: Path) -> None:
     )
     written = api.write(run, tmp_path / "api")
     names = sorted(p.name for p in (tmp_path / "cli").iterdir())
-    assert names == ["manifest.json", "requests.parquet", "sessions.parquet"]
+    assert names == ["edits.parquet", "manifest.json", "requests.parquet", "sessions.parquet"]
     assert sorted(p.name for p in written.iterdir()) == names
     for name in names:
         assert (written / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name

@@ -56,6 +56,7 @@ def test_the_fixture_gives_what_run_writes(runs: tuple[Path, Path]) -> None:
     assert {p.name for p in base.iterdir()} == {
         "requests.parquet",
         "sessions.parquet",
+        "edits.parquet",
         "manifest.json",
     }
     assert pl.read_parquet(base / "requests.parquet")["stale_file_refs"].sum() == 0
@@ -262,3 +263,26 @@ def test_limit_directions() -> None:
     assert not points.crossed(0.90, 0.89, -1)
     assert points.crossed(0.90, 0.885, -1)
     assert not points.crossed(0.90, 0.99, -1)  # a rise is no worsening
+
+
+def test_a_policy_that_edits_its_context_is_seen_and_gated(tmp_path: Path) -> None:
+    """A policy that rewrites its context without any compaction call (masking) shows in
+    compare's edit rows, and --max-edit-increase gates on them."""
+    from scripted import Script
+
+    s = Script()
+    s.user(100)
+    s.request()
+    s.rounds(4, 1_000)
+    traces = [("t", s.trace())]
+    from reports.pytest_plugin import replay_run
+
+    base = _run_of(tmp_path / "base", traces, "none")
+    keep_two = {"keep_observations": 2, "keep_first_observation": False}
+    cand = replay_run(traces, "masking", keep_two).write(tmp_path / "cand")
+    result = compare(base, cand, "--max-edit-increase", "0")
+    assert result.exit_code == 1, result.output
+    # two observations masked (requests 3 and 4), 1,000 - 12 tokens each
+    assert _row(result.output, "context edits").startswith("|  | context edits | 0 | 2 | +2 |")
+    assert "| tokens edited out | 0 | 1,976 |" in _row(result.output, "tokens edited out")
+    assert _row(result.output, "compactions").startswith("|  | compactions | 0 | 0 |")

@@ -103,6 +103,8 @@ def _expected_rows(
             "cache_write_1h": 0,
             "threshold_tokens": None,  # neither policy states limits of its own
             "blocking_tokens": None,
+            "edits": 0,  # nor edits its view without a call (tests/test_edits.py does)
+            "edit_tokens": 0,
             "policy": policy,
             "params_hash": spec.param_hash,
             "cost_uncached_input": row["uncached_input"] * RATES["input"],
@@ -195,6 +197,8 @@ def _session_a() -> dict[str, Any]:
         "compactions": 2,
         "overflows": 1,
         "breaker_trips": 1,
+        "edits": 0,
+        "edit_tokens": 0,
         "input_tokens": 21_170,
         "uncached_input": uncached,
         "cache_read": read,
@@ -238,6 +242,8 @@ def _session_b() -> dict[str, Any]:
         "compactions": 0,
         "overflows": 0,
         "breaker_trips": 0,
+        "edits": 0,
+        "edit_tokens": 0,
         "input_tokens": 5_280,
         "uncached_input": 0,
         "cache_read": read,
@@ -273,7 +279,15 @@ def test_session_rows(toy_a: pl.DataFrame, recorded_b: pl.DataFrame) -> None:
         _approx_equal(got, want)
 
 
-SUMMARY_KEYS = ("requests", "calls", "compactions", "overflows", "breaker_trips")
+SUMMARY_KEYS = (
+    "requests",
+    "calls",
+    "compactions",
+    "overflows",
+    "breaker_trips",
+    "edits",
+    "edit_tokens",
+)
 SUMMARY_KEYS += ("input_tokens", "cost_total", "unpriced_calls", "cache_hit_ratio")
 SUMMARY_KEYS += ("human_verbatim_share", "summary_share", "stale_file_refs")
 SUMMARY_KEYS += ("post_compaction_requests", "resent_tokens")

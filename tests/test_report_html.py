@@ -148,7 +148,9 @@ def test_run_writes_the_report_and_prints_a_summary(
     toy = next(line for line in lines if line.startswith("toy "))
     assert toy.split()[2:6] == ["8", "2", "1", "1"]
     wrote = next(line for line in lines if line.startswith("wrote "))
-    assert wrote.startswith("wrote requests.parquet, sessions.parquet, manifest.json, ")
+    assert wrote.startswith(
+        "wrote requests.parquet, sessions.parquet, edits.parquet, manifest.json, "
+    )
     assert "report.html and 6 chart(s)" in wrote
     assert lines[-1].startswith("input: 2 trace(s); skipped 0 line(s)")
 
@@ -158,6 +160,7 @@ def test_run_writes_the_report_and_prints_a_summary(
     assert {p.name for p in bare.iterdir()} == {
         "requests.parquet",
         "sessions.parquet",
+        "edits.parquet",
         "manifest.json",
     }
 

@@ -28,7 +28,7 @@ SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "samples"
 SONNET = "claude-sonnet-4-5-20250929"
 T0 = 1_760_000_000_000
 MINUTE = 60_000
-FILES = {"requests.parquet", "sessions.parquet", "manifest.json"}
+FILES = {"requests.parquet", "sessions.parquet", "edits.parquet", "manifest.json"}
 #: What `ctxsim run` draws from those files (tests/test_report_html.py tests them).
 REPORT = {"report.html", "charts"}
 
@@ -83,7 +83,7 @@ def test_run_defaults_to_the_claude_code_policy(tiny: Path, tmp_path: Path) -> N
     assert [p["name"] for p in manifest["policies"]] == ["claude-code"]
 
 
-def test_run_writes_three_files_and_a_manifest(tiny: Path, tmp_path: Path) -> None:
+def test_run_writes_its_tables_and_a_manifest(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = ctxsim("run", tiny, "--out", out, "--seed", "7")
     assert result.exit_code == 0, result.output
@@ -102,7 +102,7 @@ def test_run_writes_three_files_and_a_manifest(tiny: Path, tmp_path: Path) -> No
         }
     ]
     assert (manifest["seed"], manifest["cache"], manifest["lenient"]) == (7, "auto", False)
-    assert manifest["rows"] == {"requests": 3, "sessions": 1}
+    assert manifest["rows"] == {"requests": 3, "sessions": 1, "edits": 0}
     assert manifest["prices"].startswith("genai-prices ")
     assert manifest["ctxsim_version"]
     text = (out / "manifest.json").read_text()
@@ -152,6 +152,8 @@ def test_sessions_row_equals_hand_computed_aggregate(tiny: Path, tmp_path: Path)
         "compactions": 0,
         "overflows": 0,
         "breaker_trips": 0,
+        "edits": 0,
+        "edit_tokens": 0,
         "input_tokens": 6_000 + 7_000 + 7_800,
         "uncached_input": 0,
         "cache_read": 13_000,

@@ -43,7 +43,8 @@ class Budget:
         chars = conv.chars[block]
         tokens = conv.tokens[block]
         preview = min(tokens, round(tokens * self.preview_chars / max(chars, 1)))
-        conv.override[block] = (chain(conv.hashes[block], 0x50E5), preview + WRAPPER_TOKENS)
+        item = chain(conv.hashes[block], 0x50E5)
+        conv.persist_entering(block, item, preview + WRAPPER_TOKENS, edit="budget")
         self.persisted.append(block)
 
     def on_enter(self, conv: Conversation, keys: list[int]) -> None:

@@ -51,8 +51,6 @@ class Collapse:
         span = conv.items[lo:hi]
         tokens = sum(conv.item(k)[1] for k in span)
         summary = conv.add_synthetic(max(1, int(tokens * self.ratio)), "collapse", self.commits)
-        conv.items[lo:hi] = [summary]
-        conv.epoch += 1
-        conv.touch(lo)
+        conv.replace_range(lo, hi, [summary], edit="collapse")
         self.commits += 1
         return span, conv.synthetic[summary].tokens

@@ -68,7 +68,9 @@ class Microcompact:
             old = cands[: len(cands) - self.keep] if len(cands) > self.keep else []
             for k in old:
                 freed += conv.item(k)[1] - CLEARED_TOKENS
-                conv.set_override(k, chain(conv.hashes[k], CLEARED_SALT), CLEARED_TOKENS)
+                conv.set_override(
+                    k, chain(conv.hashes[k], CLEARED_SALT), CLEARED_TOKENS, edit="microcompact"
+                )
                 self.cleared.add(k)
             if old:
                 del cands[: len(old)]
@@ -79,7 +81,7 @@ class Microcompact:
                 gone = live[: len(live) - self.cached_keep]
                 for k in gone:
                     freed += conv.item(k)[1]
-                    conv.edit_out(k)
+                    conv.edit_out(k, edit="microcompact")
                 del live[: len(gone)]
                 self.runs += 1
         return freed

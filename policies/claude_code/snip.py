@@ -44,9 +44,6 @@ class Snip:
                 freed += conv.item(key)[1]
         if not drop:
             return 0
-        first = next(i for i, k in enumerate(conv.items) if k in drop)
-        conv.items = [k for k in conv.items if k not in drop]
-        conv.epoch += 1
-        conv.touch(first)
+        conv.remove_blocks(drop, edit="snip")
         self.snips += 1
         return freed

@@ -118,7 +118,7 @@ class ContextEditingSession(ConversationSession):
         for key, saved in wanted.items():
             if key not in self.cleared:
                 raw = self.raw_tokens(key)
-                conv.mask(key, min(self.placeholder, raw), CLEARED_SALT)
+                conv.mask(key, min(self.placeholder, raw), CLEARED_SALT, edit="clear_tool_uses")
                 self.cleared[key] = saved
         if wanted:
             self.applied += 1

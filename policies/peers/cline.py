@@ -113,7 +113,7 @@ class ClineSession(ConversationSession):
         drop = min(drop, rest - 1)
         if drop <= 0:
             return
-        conv.replace_range(bounds[self.keep], bounds[self.keep + drop], [])
+        conv.replace_range(bounds[self.keep], bounds[self.keep + drop], [], edit="truncate")
         self.truncations.append((k, drop, fraction))
 
 

@@ -112,7 +112,7 @@ class GeminiCliSession(ConversationSession):
         if split <= 0:
             return  # nothing older than the kept part: Gemini CLI changes nothing
         for key in cuts:
-            conv.mask(key, self.placeholder, TRUNCATE_SALT)
+            conv.mask(key, self.placeholder, TRUNCATE_SALT, edit="truncate")
         head = conv.items[:split]
         kept = conv.items[split:]
         summary = self.summary_size(self.tokens(head))

@@ -36,7 +36,7 @@ class MaskingSession(ConversationSession):
         old = observations[: max(0, len(observations) - self.keep)]
         for key in old:
             if key not in self.masked:
-                conv.mask(key, min(self.placeholder, conv.tokens[key]), MASK_SALT)
+                conv.mask(key, min(self.placeholder, conv.tokens[key]), MASK_SALT, edit="mask")
                 self.masked.add(key)
 
 

@@ -160,7 +160,7 @@ class OpencodeSession(ConversationSession):
             return 0
         conv = self.conv
         for key in marked:
-            conv.mask(key, min(self.cleared_tokens, conv.sent(key)[1]), PRUNE_SALT)
+            conv.mask(key, min(self.cleared_tokens, conv.sent(key)[1]), PRUNE_SALT, edit="prune")
             self.pruned.add(key)
         self.prunes += 1
         return freed

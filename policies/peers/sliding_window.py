@@ -54,7 +54,7 @@ class SlidingWindowSession(ConversationSession):
             g += 1
         if g == first:
             return
-        conv.replace_range(bounds[first], bounds[g], [])
+        conv.replace_range(bounds[first], bounds[g], [], edit="window")
         self.truncations += 1
         self.dropped_groups += g - first
 
