@@ -409,7 +409,7 @@ def test_a_subagents_compaction_call_goes_to_the_subagent(tmp_path: Path) -> Non
     assert totals(trace)["requests"] == 5
 
 
-def compacted_on_resume(root: Path) -> None:
+def compacted_on_resume(root: Path, *, with_original: bool = True) -> None:
     """An original whose last call (msg_a2) and its tool result were logged, and the file
     that resumes it and compacts at once, as 2.1.226 writes it (../shared flutter-docker
     aba9151e): the copied history, then the boundary (its logical parent the preserved
@@ -435,7 +435,8 @@ def compacted_on_resume(root: Path) -> None:
     resumed.parent = "t2"
     resumed.user("u3", "third question")
     resumed.call("a3", Call("msg_a3", (5, 0, 1_500, 60)))
-    original.write(root / "proj" / "sess-b.jsonl")
+    if with_original:
+        original.write(root / "proj" / "sess-b.jsonl")
     resumed.write(root / "proj" / "sess-0.jsonl")
 
 
@@ -463,3 +464,17 @@ def test_a_compaction_written_on_resume_starts_at_the_first_call_sent_after_it(
     # request 2: the summary, a2's answer, the tool result and u3, all laid at request 2
     assert int(sent_2.sum()) == 4 and set(laid[sent_2].tolist()) == {2}
     assert int((sent_2 & (kinds == Kind.SUMMARY)).sum()) == 1
+
+
+def test_the_resumed_file_alone_places_its_compaction_the_same_way(tmp_path: Path) -> None:
+    """The rule reads the resumed file's own structure (its boundary's logical parent
+    descends from the boundary), not the original: without it, msg_a2 keeps the copy's
+    zero usage but is still sent before the compaction."""
+    compacted_on_resume(tmp_path, with_original=False)
+    (session,) = only_trace(tmp_path).sessions
+    assert session.id == "sess-0"
+    assert session.recorded_context().tolist() == [10_003, 0, 1_505]
+    assert [e.request for e in session.events] == [2]
+    assert not (
+        session.view_mask(1, as_recorded=True) & (session.blocks["kind"] == Kind.SUMMARY)
+    ).any()

@@ -15,6 +15,8 @@ The acceptance bar (same request +/- 1, context after compaction within 15%) is 
 `test_acceptance` counts. Of the clients before 2.1.200 the one miss, f67ab274's first
 compaction, restored 85.7k tokens that nothing in the transcript accounts for
 (policies/calibration/README.md); the 2.1.226 rows are explained where they are listed.
+The bar is not met yet: `test_acceptance` asserts it and is a strict xfail until the
+preset's trigger meets it; `test_where_the_acceptance_stands` pins the counts.
 """
 
 from __future__ import annotations
@@ -34,15 +36,18 @@ Row = tuple[str, int, int | None, int, int | None]
 
 #: (session, recorded request, simulated request or None, recorded context after, simulated
 #: context after) per recorded auto-compaction, free-running. 390ab778 is the Opus 5 session
-#: of ../shared/traces/claude-code/flutter-docker (2.1.226, file aba9151e): its requests
-#: 0-92 were sent by another process of the same conversation (their session_id is
-#: 390ab778's, whose own file is 2.1.224), which let the context reach 204,665 without
-#: compacting; the preset compacts at 167k from request 67 on, so every later row shifts.
+#: of ../shared/traces/claude-code/flutter-docker, read from aba9151e (2.1.226), which
+#: resumed it from 390ab778's own file: requests 0-93 were sent by that other process
+#: (2.1.224), which let the context reach 204,665 without compacting (above 200k: its window
+#: was 1M); aba9151e compacted at once on resuming (preTokens 213,002), and the first request
+#: it sent after the compaction is 94. The preset, given one window for the session (200k,
+#: from the three later compactions at 166.6k-167.0k), compacts at 167k from request 67 on
+#: (then 122, 225, 324), so every later row shifts.
 FREE_RUNNING = [
-    ("390ab778", 93, None, 204665, None),
-    ("390ab778", 147, 133, 64513, 61908),
-    ("390ab778", 244, 235, 67181, 60864),
-    ("390ab778", 354, 345, 63889, 64347),
+    ("390ab778", 94, None, 61596, None),
+    ("390ab778", 147, None, 64513, None),
+    ("390ab778", 244, 225, 67181, 67006),
+    ("390ab778", 354, None, 63889, None),
     ("ffc93f57", 163, 162, 62794, 62659),
     ("ffc93f57", 269, 269, 76113, 83220),
     ("0a725fb5", 158, 158, 30905, 32837),
@@ -52,15 +57,15 @@ FREE_RUNNING = [
     ("f67ab274", 140, 140, 102368, 40742),
     ("f67ab274", 223, None, 43421, None),
 ]
-#: The same, each compaction replayed from the recorded state. The 390ab778 rows depend on
-#: the compiled context matching the recorded usage, which it does not yet (the builder's
-#: per-model prefix and unlogged edits, the reader's fork dedup are in progress): from the
-#: recorded state the compiled context is not the recorded one, so the preset's trigger
-#: (167,000, the client's preTokens 166,612-167,009) fires off the recorded request.
+#: The same, each compaction replayed from the recorded state. 390ab778: at 94 the
+#: preset's own compaction at 67 (see above) is 27 requests early; at 147 and 244 it fires
+#: 1 and 2 requests late; at 354 it does not fire: the estimate at 354 is 166,914 against
+#: the preset's trigger of 167,000, while the client fired on preTokens 166,907 there and
+#: 166,612 at 244 (request 146, which did not fire, was sent with 166,408).
 ONE_AT_A_TIME = [
-    ("390ab778", 93, None, 204665, None),
-    ("390ab778", 147, 144, 64513, 59631),
-    ("390ab778", 244, 262, 67181, 61084),
+    ("390ab778", 94, None, 61596, None),
+    ("390ab778", 147, 148, 64513, 60442),
+    ("390ab778", 244, 246, 67181, 58782),
     ("390ab778", 354, None, 63889, None),
     ("ffc93f57", 163, 162, 62794, 62659),
     ("ffc93f57", 269, 269, 76113, 83220),
@@ -138,15 +143,34 @@ def _meets(rows: list[Row]) -> tuple[int, int, int]:
     return len(rows), len(same), len(close)
 
 
-def test_acceptance(tables: tuple[list[Row], list[Row], list[tuple[str, int]]]) -> None:
-    """(rows, same request +/- 1, and context after within 15%). The bar is 90% and 75%:
-    the clients before 2.1.200 meet it (8, 8, 7 one at a time); the 2.1.226 rows do not
-    until the compiled context carries what the recorded usage shows (see ONE_AT_A_TIME)."""
+def test_where_the_acceptance_stands(
+    tables: tuple[list[Row], list[Row], list[tuple[str, int]]],
+) -> None:
+    """(rows, same request +/- 1, and context after within 15%) as they are now: the
+    clients before 2.1.200 meet the bar (8, 8, 7 one at a time); the 2.1.226 rows do not
+    (see ONE_AT_A_TIME). `test_acceptance` is the bar itself."""
     free, single, _ = tables
     assert _meets(free) == (12, 7, 6)
-    assert _meets(single) == (12, 8, 7)
+    assert _meets(single) == (12, 9, 8)
     old = [r for r in single if r[0] != "390ab778"]
     assert _meets(old) == (8, 8, 7)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="not met (9 of 12 same request, 8 of 12 within 15%, one at a time): the "
+    "2.1.221 preset's trigger (policies/claude_code) misses 390ab778's rows at 94 "
+    "(another process's window) and 354 (trigger 167,000; the client fired on "
+    "preTokens 166,612 and 166,907), f67ab274's first restores 85.7k unexplained",
+)
+def test_acceptance(tables: tuple[list[Row], list[Row], list[tuple[str, int]]]) -> None:
+    """Issue 13's bar: the version-matched preset compacts within one request of the
+    recording on at least 90% of the recorded auto-compactions and lands the context after
+    within 15% on at least 75%, each compaction replayed from the recorded state."""
+    _, single, _ = tables
+    rows, same, close = _meets(single)
+    assert same >= 0.90 * rows
+    assert close >= 0.75 * rows
 
 
 def test_as_recorded_flags_no_overflow_on_a_request_the_provider_accepted(shared: Path) -> None:

@@ -16,7 +16,10 @@ Facts this reader relies on (DESIGN.md section 2):
   user line; 1.0.x writes only the summary line, with a null ``parentUuid``. The logical
   history runs on through the root (to ``logicalParentUuid``, or in 1.0.x to the previous
   main-chain line); what the recording really sent stops at the root, so blocks before it
-  get ``compacted_at`` and the summary is an ARTIFACT block.
+  get ``compacted_at`` and the summary is an ARTIFACT block. A compaction event is at the
+  first request sent after the root: when a file writes the root before the last turn it
+  preserves (a compaction made on resuming another process's session), that turn's request
+  keeps the context it was sent with (`_SessionAssembler._relinked_segments`).
 * Triggers: 2.x names them in ``compactMetadata``; 1.0.x does not, but a manual /compact
   leaves a ``<command-name>/compact</command-name>`` user line right after the summary, so
   a 1.0.x compaction is "manual" with that line and "unknown" (in practice auto) without.
