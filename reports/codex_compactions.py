@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -50,7 +51,9 @@ class Row:
         )
 
 
-def rows(src: Path) -> list[Row]:
+def rows(src: Path, overrides: dict[str, Any] | None = None) -> list[Row]:
+    """Every recorded compaction under `src` against the matching preset's replay (with
+    `overrides` of its parameters, for the fit)."""
     out: list[Row] = []
     for item in load([src], lenient=True):
         trace = item.trace
@@ -61,14 +64,15 @@ def rows(src: Path) -> list[Row]:
             if not session.events:
                 continue
             version = session.client.removeprefix("codex").strip()
-            auto = [e for e in session.events if e.trigger != "manual"]
-            sim: list[tuple[int, int]] = []
-            if auto:
-                sim = _simulated(item.name, trace, session.id, version)
+            sim = _simulated(item.name, trace, session.id, version, overrides or {})
             context = session.recorded_context()
+            seen = {"auto": 0, "manual": 0}
             for e in session.events:
                 recorded_after = int(context[e.request]) if e.request < len(context) else -1
-                paired = sim[auto.index(e)] if e in auto and auto.index(e) < len(sim) else None
+                kind = "manual" if e.trigger == "manual" else "auto"
+                i = seen[kind]
+                seen[kind] += 1
+                paired = sim[kind][i] if i < len(sim[kind]) else None
                 out.append(
                     Row(
                         folder,
@@ -83,17 +87,45 @@ def rows(src: Path) -> list[Row]:
     return out
 
 
-def _simulated(name: str, trace: Trace, session_id: str, version: str) -> list[tuple[int, int]]:
-    """(request, context of its main call) of each compaction the preset makes."""
-    policy = registry.build("codex", preset_for(version))
+def _simulated(
+    name: str, trace: Trace, session_id: str, version: str, overrides: dict[str, Any]
+) -> dict[str, list[tuple[int, int]]]:
+    """(request, context of its main call) of each compaction the preset makes: its own
+    ("auto", stage ``compact``) and the replayed /compact commands ("manual")."""
+    policy = registry.build("codex", {**preset_for(version), **overrides})
     one = Trace(
         trace.format, trace.source_digest, [s for s in trace.sessions if s.id == session_id]
     )
     frame = replay([(name, one)], policy)
-    compacts = frame.filter(pl.col("stage") == "compact")["request"].to_list()
     main = frame.filter(pl.col("kind") == "request")
     after = dict(zip(main["request"].to_list(), main["context_tokens"].to_list(), strict=True))
-    return [(k, int(after.get(k, -1))) for k in compacts]
+    out: dict[str, list[tuple[int, int]]] = {}
+    for kind, stage in (("auto", "compact"), ("manual", "manual")):
+        made = frame.filter(pl.col("stage") == stage)["request"].to_list()
+        out[kind] = [(k, int(after.get(k, -1))) for k in made]
+    return out
+
+
+def fit_fraction(src: Path, grid: list[float]) -> dict[str, tuple[float, int, int]]:
+    """Leave-one-source-out fit of the 0.47+ `window_fraction`: for each held-out folder,
+    the grid value with the most automatic compactions within one request on the other
+    folders (ties: the smaller value), and what it gives on the held-out folder:
+    folder -> (value, within one there, automatic compactions there). Key "all": the fit
+    on every folder."""
+    found = {
+        f: [r for r in rows(src, {"window_fraction": f}) if r.trigger != "manual"] for f in grid
+    }
+    folders = sorted({r.folder for r in found[grid[0]]})
+    out: dict[str, tuple[float, int, int]] = {}
+    for held in [*folders, "all"]:
+
+        def score(f: float, held: str = held) -> int:
+            return sum(r.within_one for r in found[f] if r.folder != held)
+
+        best = max(grid, key=lambda f: (score(f), -f))
+        there = [r for r in found[best] if r.folder == held or held == "all"]
+        out[held] = (best, sum(r.within_one for r in there), len(there))
+    return out
 
 
 def table(found: list[Row]) -> str:
@@ -120,4 +152,9 @@ def table(found: list[Row]) -> str:
 
 
 if __name__ == "__main__":
-    print(table(rows(Path(sys.argv[1]))))
+    if len(sys.argv) > 2 and sys.argv[2] == "--fit":
+        grid = [round(0.90 + 0.005 * i, 3) for i in range(15)]
+        for held, (value, hit, n) in fit_fraction(Path(sys.argv[1]), grid).items():
+            print(f"{held}: window_fraction {value}: within one {hit} of {n}")
+    else:
+        print(table(rows(Path(sys.argv[1]))))

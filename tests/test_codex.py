@@ -4,16 +4,19 @@ real rollout in ../shared/traces/codex checked against counts taken straight fro
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from leak_words import content_words, trace_strings
 
 from simulator.model import NEVER, CompactionEvent, Flag, Kind, Role, Session, Trace
-from traces import codex
+from traces import codex, compiled
 from traces.builder import RecordedUsage
 from traces.errors import Problems, TraceError
 from traces.source import ImportUnit, SourceFile
@@ -709,3 +712,101 @@ def test_shared_codex_fixtures_import() -> None:
         trace = _read(path)
         assert trace.sessions[0].n_requests >= 1
         assert trace.stats["token_counts"] >= 1
+
+
+# -- the logged window ----------------------------------------------------------------------
+
+
+def _tcw(second: int, total: int, last: tuple[int, int, int], window: int | None) -> bytes:
+    """A token_count that logs `window` as model_context_window (None: the key is absent)."""
+    usage = {"input_tokens": last[0], "cached_input_tokens": last[1], "output_tokens": last[2]}
+    info: dict[str, Any] = {"total_token_usage": {"total_tokens": total}, "last_token_usage": usage}
+    if window is not None:
+        info["model_context_window"] = window
+    return _line(second, "event_msg", {"type": "token_count", "info": info})
+
+
+def _reply(second: int) -> bytes:
+    content = [{"type": "output_text", "text": "ok"}]
+    return _line(
+        second, "response_item", {"type": "message", "role": "assistant", "content": content}
+    )
+
+
+def _window_rollout() -> bytes:
+    """Model a (121,600 logged, then 100,000: one change), then model b (258,400). A
+    task_started logging 999,999 before b's turn_context is not read as b's or a's."""
+    lines = [
+        GOOD_META,
+        _line(1, "turn_context", {"model": "a"}),
+        _user(2, "go"),
+        _reply(3),
+        _tcw(4, 110, (100, 0, 10), 121_600),
+        _user(5, "more"),
+        _reply(6),
+        _tcw(7, 250, (130, 100, 10), 100_000),
+        _line(8, "event_msg", {"type": "task_started", "model_context_window": 999_999}),
+        _line(9, "turn_context", {"model": "b"}),
+        _user(10, "again"),
+        _reply(11),
+        _tcw(12, 400, (140, 0, 10), 258_400),
+    ]
+    return b"\n".join(lines) + b"\n"
+
+
+def test_logged_window_is_kept_per_model() -> None:
+    trace = _read_bytes(_window_rollout())
+    (s,) = trace.sessions
+    assert s.models == ["a", "b"]
+    assert s.context_windows == [121_600, 258_400]  # the first one logged per model
+    assert [s.logged_window(k) for k in range(s.n_requests)] == [121_600, 121_600, 258_400]
+    assert trace.stats["context_window_changes"] == 1
+
+
+def test_no_logged_window_leaves_the_list_empty() -> None:
+    lines = [GOOD_META, _user(1, "go"), _reply(2), _tcw(3, 110, (100, 0, 10), None)]
+    (s,) = _read_bytes(b"\n".join(lines) + b"\n").sessions
+    assert s.context_windows == []
+    assert s.logged_window(0) == -1
+
+
+def _with_windows(data: bytes, windows: Any) -> bytes:
+    """The compiled file with session 0's `context_windows` set to `windows` (None: no key)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            raw = zin.read(info.filename)
+            if info.filename == compiled.META:
+                meta = orjson.loads(raw)
+                meta["sessions"][0].pop("context_windows", None)
+                if windows is not None:
+                    meta["sessions"][0]["context_windows"] = windows
+                raw = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)
+            zout.writestr(info, raw)
+    return out.getvalue()
+
+
+def test_logged_window_survives_the_compiled_form_and_old_files_read_without_it() -> None:
+    trace = _read_bytes(_window_rollout())
+    data = compiled.to_bytes(trace)
+    back = compiled.from_bytes(data)
+    assert back.equals(trace) and back.sessions[0].context_windows == [121_600, 258_400]
+    # The same file without the key (as written before it was added): read as unlogged.
+    old = compiled.from_bytes(_with_windows(data, None))
+    assert old.sessions[0].context_windows == [] and old.sessions[0].logged_window(2) == -1
+
+
+@pytest.mark.parametrize("windows", [[121_600], [0, 5], [-2, 5], [True, 5], "x"])
+def test_bad_logged_windows_in_a_compiled_file_are_refused(windows: Any) -> None:
+    data = compiled.to_bytes(_read_bytes(_window_rollout()))
+    with pytest.raises(TraceError) as err:
+        compiled.from_bytes(_with_windows(data, windows))
+    assert err.value.category == "compiled-schema"
+
+
+def test_subagent_notifications_are_not_the_human() -> None:
+    """Codex 0.118 writes a spawned agent's report as a user message; compaction drops it
+    like other client context, so it is not HUMAN."""
+    lines = [GOOD_META, _user(1, "go"), _user(2, "<subagent_notification>\n{}"), _reply(3)]
+    (s,) = _read_bytes(b"\n".join(lines) + b"\n").sessions
+    assert _col(s, "flags")[:2] == [Flag.HUMAN, Flag.NONE]

@@ -30,8 +30,9 @@ from scripted import Script, compactions, contexts, row, usage
 from policies.conversation import CLEARED_TOKENS
 from policies.peers.codex import preset_for
 from simulator import policy
-from simulator.model import Kind, Role
+from simulator.model import CompactionEvent, Flag, Kind, Role
 from simulator.replay import ReplayOptions, replay
+from simulator.view import View
 
 PREFIX = 10_000
 SUMMARY = 3_000
@@ -196,21 +197,153 @@ def test_codex_initial_context_before_the_first_human_message(
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        ("0.42.0-alpha.3", (350_000, 1.0, False)),
-        ("0.46.9", (350_000, 1.0, False)),
-        ("0.47.0", (None, 0.88, True)),
-        ("0.126.0-alpha.8", (None, 0.88, True)),
-        ("0.142.5", (None, 0.88, True)),
-        ("", (None, 0.88, True)),  # unknown: the newest preset
+        # (limit, fraction, window share, initial before human, turn answers, call, late,
+        # dropped reasoning counted)
+        ("0.42.0-alpha.3", (350_000, 1.0, 1.0, False, False, "billed", False, False)),
+        ("0.46.9", (350_000, 1.0, 1.0, False, False, "billed", False, False)),
+        ("0.47.0", (None, 0.935, 0.95, True, False, "billed", False, False)),
+        ("0.118.0", (None, 0.935, 0.95, True, True, "unrecorded", True, False)),
+        ("0.126.0-alpha.8", (None, 0.935, 0.95, True, True, "unrecorded", True, False)),
+        ("0.140.0", (None, 0.935, 0.95, True, False, "unrecorded", True, True)),
+        ("0.142.5", (None, 0.935, 0.95, True, False, "unrecorded", True, True)),
+        ("", (None, 0.935, 0.95, True, False, "unrecorded", True, True)),  # unknown: newest
     ],
 )
-def test_codex_presets_by_cli_version(version: str, expected: tuple[Any, float, bool]) -> None:
+def test_codex_presets_by_cli_version(version: str, expected: tuple[Any, ...]) -> None:
     params = policy.build("codex", preset_for(version)).params
     assert (
         params["model_auto_compact_token_limit"],
         params["window_fraction"],
+        params["window_share"],
         params["initial_context_before_human"],
+        params["keep_turn_answers"],
+        params["compaction_call"],
+        params["initial_before_last_user"],
+        params["count_dropped_reasoning"],
     ) == expected
+    assert params["logged_window"] and params["replay_manual"]
+    assert params["kept_as_text"] == (expected[5] == "unrecorded")
+
+
+def _logged(script: Script, windows: list[int]) -> Any:
+    trace = script.trace()
+    trace.sessions[0].context_windows = windows
+    return trace
+
+
+@pytest.mark.parametrize(
+    ("windows", "params", "first"),
+    [
+        # the logged 100,000: 0.9 x 100,000 = 90,000, reached at k = 8 (91,800; k = 7 81,700)
+        ([100_000], {}, 8),
+        # the logged window ignored: the model's 200,000, 180,000 from k = 17
+        ([100_000], {"logged_window": False}, 17),
+        # none logged: half the model's window, 0.9 x 100,000 again
+        ([], {"window_share": 0.5}, 8),
+    ],
+)
+def test_codex_compacts_against_the_logged_window(
+    windows: list[int], params: dict[str, Any], first: int
+) -> None:
+    trace = _logged(uniform(18), windows)
+    frame = replay([("t", trace)], policy.build("codex", {"summary_tokens": SUMMARY, **params}))
+    assert compactions(frame)[0] == (first, "compact")
+
+
+def _manual() -> Any:
+    """Requests 0-2 as `uniform(2)` (11,000, 21,100, 31,200); the recording's /compact
+    enters at request 3 (a 2,000-token unlogged-summary artifact and a 500-token summary
+    block: summary 2,500), then a 5,100-token round."""
+    s = uniform(2)
+    s._add(Kind.INJECTED, Role.USER, 2_000, flags=Flag.ARTIFACT)
+    summary = s._add(Kind.SUMMARY, Role.USER, 500, flags=Flag.ARTIFACT)
+    s.tool(5_000)
+    s.request()
+    s.b.add_event(CompactionEvent(3, "manual", -1, summary, s.ts))
+    return s.trace()
+
+
+@pytest.mark.parametrize(
+    ("params", "after", "made"),
+    [
+        # prefix + the human's first message 1,000 (no initial context: the next turn
+        # sends it again) + the recorded summary 2,500 + the round logged after it 5,100
+        ({}, 18_600, [(3, "manual")]),
+        # not replayed: 31,200 + 5,100, and no limit reached
+        ({"replay_manual": False}, 36_300, []),
+    ],
+)
+def test_codex_replays_the_recorded_manual_compaction(
+    params: dict[str, Any], after: int, made: list[tuple[int, str]]
+) -> None:
+    frame = replay([("t", _manual())], policy.build("codex", params))
+    assert compactions(frame) == made
+    assert contexts(frame)[3] == after
+    if made:
+        # the call over the history before it, 10,000 + 21,200 + the 120-token prompt: it
+        # reads request 2's 31,200 (its marker is on that last item: nothing to write) and
+        # writes the summary, 2,500 less the 80-token prefix the history adds to it
+        call = usage(row(frame, 3, "compaction", "manual"))
+        assert call == (31_320, 120, 31_200, 0, 2_420)
+
+
+def test_codex_unrecorded_compaction_call_is_a_row_priced_zero() -> None:
+    """0.118+: the recording shows no usage for the compaction call."""
+    frame = replay([("t", _manual())], policy.build("codex", {"compaction_call": "unrecorded"}))
+    r = row(frame, 3, "compaction", "manual")
+    assert (r["context_tokens"], *usage(r)) == (0, 0, 0, 0, 0, 0)
+    assert contexts(frame)[3] == 18_600
+
+
+@pytest.mark.parametrize(("answers", "after"), [(False, 20_080), (True, 20_380)])
+def test_codex_0118_keeps_each_turns_answer(answers: bool, after: int) -> None:
+    """Three turns of 2,000-token messages, each after the previous turn's 100-token
+    closing text: 13,100, 18,200, ... 32,600 at request 6, over a 30,000 limit. Kept: the
+    first message, H1-H3 (6,000) and the summary 3,080: 20,080; with each human
+    message's preceding answer, the three closing texts too: 20,380."""
+    params = {
+        "summary_tokens": SUMMARY,
+        "model_auto_compact_token_limit": 30_000,
+        "keep_turn_answers": answers,
+    }
+    frame = run(_turns([2_000, 2_000, 2_000]), "codex", params)
+    assert compactions(frame) == [(6, "compact")]
+    assert contexts(frame)[6] == after
+
+
+@pytest.mark.parametrize(("late", "order"), [(False, [0, 2, 6, 10]), (True, [2, 6, 0, 10])])
+def test_codex_initial_context_before_the_last_user_message(late: bool, order: list[int]) -> None:
+    """The compacted history of 0.118+ puts the initial context (block 0, the first
+    message) just before the last user message (H3, block 10), after H1 and H2."""
+    views: dict[tuple[int, str], View] = {}
+
+    def observe(index: int, k: int, view: View, call: Any, u: Any) -> None:
+        views[(k, call.stage)] = view.copy()
+
+    params = {
+        "summary_tokens": SUMMARY,
+        "model_auto_compact_token_limit": 30_000,
+        "initial_before_last_user": late,
+    }
+    script = _turns([2_000, 2_000, 2_000])
+    replay([("t", script.trace())], policy.build("codex", params), observe=observe)
+    ids = [i for i in views[(6, "")].ids if i >= 0]
+    assert ids == order
+
+
+def test_codex_kept_messages_as_text_are_sized_by_their_text() -> None:
+    """`kept_as_text`: a kept message counts its raw (cl100k) size, not its anchored one."""
+    script = _turns([2_000, 2_000, 2_000])
+    trace = script.trace()
+    raw = trace.sessions[0].blocks["tokens_raw"]
+    params = {
+        "summary_tokens": SUMMARY,
+        "model_auto_compact_token_limit": 30_000,
+        "kept_as_text": True,
+    }
+    frame = replay([("t", trace)], policy.build("codex", params))
+    # prefix + the initial message as it was (1,000) + H1-H3 at their text size + summary
+    assert contexts(frame)[6] == 10_000 + 1_000 + int(raw[[2, 6, 10]].sum()) + 3_080
 
 
 def test_codex_drops_the_oldest_groups_when_the_compaction_request_overflows() -> None:
@@ -521,3 +654,41 @@ def test_every_shared_claude_code_session_replays(
         .max()
     ).item()
     assert tokens == 0
+
+
+def test_codex_states_the_limit_of_each_request() -> None:
+    """Rows carry the limit the request was checked against: 0.9 x the logged 100,000."""
+    frame = replay(
+        [("t", _logged(uniform(3), [100_000]))],
+        policy.build("codex", {"summary_tokens": SUMMARY}),
+    )
+    requests = frame.filter(pl.col("kind") == "request")
+    assert requests["threshold_tokens"].to_list() == [90_000] * 4
+
+
+@pytest.mark.parametrize(("count", "made"), [(False, []), (True, [(2, "compact")])])
+def test_codex_counts_the_reasoning_the_api_dropped(count: bool, made: list[Any]) -> None:
+    """A 20,000-token reasoning block of turn 1 (response 0) leaves the count at turn 2.
+    Estimates: k1 11,000 + response 0 (20,100) + result 5,000 = 36,100; k2 36,100 + 100
+    + the 1,000-token message = 37,200; k3 17,200 + 100 + 5,000 = 22,300: all under the
+    40,000 limit. Codex adds the earlier turns' reasoning, which its history still holds:
+    k2 57,200, over it."""
+    s = read_script()
+    s.user(1_000)
+    s.request()
+    thinking = s._add(Kind.THINKING, Role.ASSISTANT, 20_000, origin=0)
+    s.tool(5_000)
+    s.request()
+    s.say(100)
+    s.user(1_000)
+    s.b.hide(thinking, 2)
+    s.request()
+    s.tool(5_000)
+    s.request()
+    params = {
+        "summary_tokens": SUMMARY,
+        "model_auto_compact_token_limit": 40_000,
+        "count_dropped_reasoning": count,
+    }
+    frame = run(s, "codex", params)
+    assert compactions(frame) == made
