@@ -9,7 +9,9 @@ Anthropic (explicit breakpoints), per its prompt-caching documentation:
   the breakpoint back `lookback` (about 20) blocks and reads the longest cached prefix
   found; a turn that adds more blocks than that misses.
 * Each written entry lives `ttl` (5 minutes, or 1 hour) after its last use; a read
-  refreshes it for free. Writes cost 1.25x input (5 minutes) or 2x (1 hour), reads 0.1x.
+  refreshes it for free. The use is the request's start for current models and was its
+  response's end for the 2025 ones (`ANTHROPIC_REFRESH_AT_END`: the evidence). Writes
+  cost 1.25x input (5 minutes) or 2x (1 hour), reads 0.1x.
 * Prefixes shorter than the model's minimum (simulator/models.py) are not cached.
 * `cache_edits` deletions zero an item's tokens without changing its hash (View.edit_out):
   the cached prefix stays valid and the deleted tokens are simply not billed.
@@ -71,9 +73,19 @@ class PromptCache:
 
 
 class AnthropicCache(PromptCache):
-    def __init__(self, min_tokens: int = 1024, lookback: int = 20) -> None:
+    """Anthropic's explicit-breakpoint cache. `refresh_at_send`: an entry a request reads
+    or writes lives `ttl` from the request's send time (else from its response's end);
+    `for_provider` sets it per model (`ANTHROPIC_REFRESH_AT_END`)."""
+
+    def __init__(
+        self,
+        min_tokens: int = 1024,
+        lookback: int = 20,
+        refresh_at_send: bool = False,
+    ) -> None:
         self.min_tokens = min_tokens
         self.lookback = lookback
+        self.refresh_at_send = refresh_at_send
         #: prefix hash -> [expiry ms, ttl ms]
         self.entries: dict[int, list[int]] = {}
 
@@ -84,7 +96,7 @@ class AnthropicCache(PromptCache):
     def request(
         self, view: View, breakpoints: list[Breakpoint], now_ms: int, done_ms: int | None = None
     ) -> Usage:
-        done = now_ms if done_ms is None or done_ms < now_ms else done_ms
+        done = now_ms if self.refresh_at_send or done_ms is None or done_ms < now_ms else done_ms
         if len(breakpoints) > 2:
             _check_breakpoints(breakpoints)
         elif len(breakpoints) == 2:
@@ -272,6 +284,70 @@ def openai_family(model: str) -> OpenAIFamily:
     return OPENAI_FAMILIES[-1][1]
 
 
+#: Models whose cache entries lived their TTL from the end of the response that used them;
+#: every other model's live it from the request's start.
+#:
+#: Anthropic's prompt-caching documentation (quoted in rossoctl/context-guru#86, 2026-08):
+#: "The lifetime is measured from the start of the request that writes or reads the cache
+#: entry, not from the end of its response." The recordings of ../shared/traces/claude-code
+#: agree for the 2026 models and not for the 2025 ones. Every pair of consecutive requests
+#: of one file, side chain and model (copied calls once) whose earlier one wrote with that
+#: TTL, classed hit (the later one reads >= 60% of the earlier one's context) or miss (reads
+#: < 40% and writes >= 40%), tabulated as hits/misses by the gap from the earlier request's
+#: send time (send), from its last response line (end), and from that line to the later
+#: request's first line (first: its prompt processed), in seconds, for the pairs with a send
+#: or end gap of 270-330 s (5-minute TTL) or 3,000-4,200 s (1 hour):
+#:
+#:  5 minutes         <270  <290  <295  <300  <305  <310  <320  <330  >=330
+#:  dated (vsla, m-claude; Opus/Sonnet 4, 4.5), 16 pairs
+#:    send             0/0   6/0   1/1   2/1   0/0   2/0   2/0   0/1   0/0
+#:    end              4/0   5/2   2/0   0/0   2/0   0/0   0/1   0/0   0/0
+#:    first            3/0   6/2   0/0   2/0   0/0   1/0   0/0   1/1   0/0
+#:  undated (starcar, wakil; Opus 4.8, Opus 5), 5 pairs
+#:    send             0/0   0/0   1/0   0/0   0/1   0/1   0/2   0/0   0/0
+#:    end              0/0   1/2   0/0   0/1   0/0   0/1   0/0   0/0   0/0
+#:    first            0/0   0/0   1/0   0/0   0/1   0/0   0/1   0/2   0/0
+#:
+#:  1 hour           <3000 <3300 <3500 <3600 <3700 <3900 <4200 >=4200
+#:  undated (git-sync, wakil, technocore, flutter-docker, entirecontext), 19 pairs
+#:    send             0/0   6/1   3/0   2/0   0/0   0/2   0/3   0/2
+#:    end              0/0   6/1   4/0   1/0   0/0   0/2   0/5   0/0
+#:
+#: * Undated models (2026-04 on): the send gap separates them at 300 s, the end gap does
+#:   not: starcar 548526c8 missed 300.04 s after the previous send, 278.9 s after its end
+#:   (a 21 s response), and again at 308.2 / 285.6 s; wakil 31220796 missed at 316.1 /
+#:   296.6 s; the nearest hit is 293.6 s after a send. The TTL therefore restarts within
+#:   0.04 s of the send, not at the response's end. The first-line gap is no rule: it is
+#:   later on a miss because the miss itself is slower to prefill (22-33 s against 3-12 s).
+#: * Dated models (2025-07 to 2026-02): the end gap separates them, the send gap does not:
+#:   hits 306.9 s (m-claude 95f81cf4), 308.4 and 312.9 s (vsla 0a725fb5, 5f8cbb78) after a
+#:   send, 294.4, 302.5 and 301.1 s after the end; m-claude c71cc98f read its cache right
+#:   after a 313 s response. The misses under 300 s of both gaps (m-claude 3cfce0ff at
+#:   274.7 s, vsla da4409c0 at 282.1 s) fall back to the system prompt's entry: prefix
+#:   resets (simulator/prefix.py), which the replay reproduces under either rule.
+#: * vsla's two hits 301.1 and 302.5 s after the end are the engine's misses left: no other
+#:   folder constrains a grace beyond 300 s (m-claude's nearest pairs are 294.4 s, hit, and
+#:   346.3 s, miss), so none is modelled.
+#: * 1 hour: every hit is under 3,600 s and every miss but one over it by either gap (no
+#:   pair tells the two rules apart). The misses under it (wakil 537e8445 at 3,140 s, and
+#:   the one dated pair, denubis a0adff31 at 3,069 s) read only the prefix's start: prefix
+#:   resets again, reproduced.
+#:
+#: Leave one source out, the choice per group is the same for every held-out folder: for
+#: starcar wakil decides it (send), for wakil starcar; for vsla m-claude (end: with send
+#: m-claude's corpus error is +1.07%, with end +0.19%); for m-claude, denubis and
+#: promptgrimoire the other dated folders are indifferent, and the engine's earlier rule
+#: (end) stands. The line between the groups is the first undated model (Opus 4.7, 2026-04)
+#: after the last dated one (Opus 4.5, 2026-02): the date suffix is what tells them apart.
+ANTHROPIC_REFRESH_AT_END = r"claude-3|claude-(opus|sonnet|haiku)-4-(1-|5-)?20\d{6}"
+
+
+def anthropic_refresh_at_send(model: str) -> bool:
+    """Whether `model`'s cache entries live their TTL from a request's send time, as the
+    documentation says and the 2026 recordings show (`ANTHROPIC_REFRESH_AT_END`)."""
+    return not re.search(ANTHROPIC_REFRESH_AT_END, model)
+
+
 def _check_breakpoints(breakpoints: list[Breakpoint]) -> None:
     """The API's own checks (at most 4 markers, longer TTLs before shorter ones), and ours:
     markers come in ascending position."""
@@ -288,7 +364,8 @@ def for_provider(provider: str, min_tokens: int, model: str = "") -> PromptCache
     """The cache model of a provider ("anthropic", "openai", "google"); for OpenAI, of
     the model's family when `model` is given (`OPENAI_FAMILIES`)."""
     if provider == "anthropic":
-        return AnthropicCache(min_tokens=min_tokens)
+        at_send = anthropic_refresh_at_send(model)
+        return AnthropicCache(min_tokens=min_tokens, refresh_at_send=at_send)
     if provider == "openai":
         if not model:
             return AutomaticCache(min_tokens=1024, step=128)

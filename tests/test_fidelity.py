@@ -194,3 +194,17 @@ def test_cli_fidelity_prints_and_writes(tmp_path: Path) -> None:
     assert per_request.height == 6 and sessions.height == 2
     assert sessions["trace"].to_list() == ["bad", "tiny"]
     assert sessions["matched"].to_list() == [2, 3]
+
+
+def test_a_request_that_cached_only_part_of_the_prefix_had_no_message_marker() -> None:
+    """Request 0 recorded as the first requests of 2.1.1xx sessions are: the 2,000 tokens
+    through the system marker written, the other 4,000 (the rest of the 5,000 prefix and A)
+    uncached. Request 1 reads back to that marker (2,000: the prefix's `system` mark, and a
+    reset there) and writes the other 5,000; request 2 is as in the exact trace. Marked at
+    the prefix's end, request 0 would write 5,000 and leave only A's 1,000 uncached."""
+    usage = [(4_000, 0, 2_000, 0, 200), (0, 2_000, 5_000, 0, 300), (0, 7_000, 800, 0, 100)]
+    per_request = _compare(tiny_trace(usage))
+    assert per_request["sim_uncached_input"].to_list() == [4_000, 0, 0]
+    assert per_request["sim_cache_read"].to_list() == [0, 2_000, 7_000]
+    assert per_request["sim_cache_write_5m"].to_list() == [2_000, 5_000, 800]
+    assert per_request["matched"].to_list() == [True, True, True]

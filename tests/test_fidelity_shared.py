@@ -7,9 +7,11 @@ per-session cost error is at most 1%, the whole corpus's cost is within 1%, and 
 request's context size).
 
 Issue 12's bars (at least 98% matched, median session error at most 0.5%, p90 at most 2%,
-corpus within 1%) are asserted per source folder where they hold (nothing is fitted to
-these folders: the compiled context follows causes, traces/builder.py), with the
-mechanism each folder needs switched off to show it is what makes it hold.
+corpus within 1%) are asserted per source folder, each bar where it holds (nothing is
+fitted to these folders: the compiled context follows causes, traces/builder.py; the one
+choice of the cache model, when an entry's TTL restarts, is the same leave-one-source-out,
+simulator/prompt_cache.py `ANTHROPIC_REFRESH_AT_END`), with the mechanism each folder
+needs switched off to show it is what makes it hold.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pytest
 
-from simulator import policy
+from simulator import policy, prompt_cache
 from simulator.fidelity import compare, summarize
 from simulator.model import Trace
 from simulator.replay import replay
@@ -31,8 +34,29 @@ from traces.errors import Problems
 from traces.load import load_all, units
 
 OLD_FOLDERS = ("vsla", "m-claude", "promptgrimoire", "denubis")
-#: 2026 folders that meet issue 12's bars (the others are short of them; see the report).
-HOLDING = ("entirecontext", "m-claude", "nomos", "technocore", "wakil")
+#: Folders that meet all of issue 12's bars (git-sync's p90 is 2.25% when a first request
+#: whose recording cached no more than the prefix is marked at the prefix's end instead
+#: of its nearest prefix mark: policies/as_recorded.py `_message_mark`).
+HOLDING = (
+    "entirecontext",
+    "flutter-docker",
+    "git-sync",
+    "m-claude",
+    "nomos",
+    "technocore",
+    "wakil",
+)
+#: The bars the other folders meet, and (comment) the one they miss, by what mechanism.
+PARTIAL = {
+    # 5 of 203 requests off: reads short of the previous context by 0.5-2k in a tool loop.
+    "denubis": ("median", "p90", "corpus"),
+    # one session, -0.58%: reads 8k short of the previous context in a tool loop.
+    "promptgrimoire": ("matched", "p90", "corpus"),
+    # median 0.56% of 4 sessions: the same short reads, one full miss 42 s after a request.
+    "starcar": ("matched", "p90", "corpus"),
+    # corpus +1.33%: two reads 301-303 s after a response's end (no grace is modelled).
+    "vsla": ("matched", "median", "p90"),
+}
 
 
 def _folder(shared: Path, path: Path) -> str:
@@ -72,19 +96,59 @@ def test_unlogged_prefix_resets_are_what_closes_the_gap(shared: Path) -> None:
     assert abs(without["corpus_cost_error"]) > 0.05
 
 
+def _bars(overall: dict[str, Any]) -> dict[str, bool]:
+    """Issue 12's four bars, each met or not."""
+    return {
+        "matched": overall["matched_share"] >= 0.98,
+        "median": overall["median_abs_session_cost_error"] <= 0.005,
+        "p90": overall["p90_abs_session_cost_error"] <= 0.02,
+        "corpus": abs(overall["corpus_cost_error"]) <= 0.01,
+    }
+
+
 def _meets_issue_12(overall: dict[str, Any]) -> bool:
-    return bool(
-        overall["matched_share"] >= 0.98
-        and overall["median_abs_session_cost_error"] <= 0.005
-        and overall["p90_abs_session_cost_error"] <= 0.02
-        and abs(overall["corpus_cost_error"]) <= 0.01
-    )
+    return all(_bars(overall).values())
 
 
 def test_folders_that_meet_issue_12s_bars(shared: Path) -> None:
     for folder in HOLDING:
         overall = _overall(_traces(str(shared), (folder,)))
         assert _meets_issue_12(overall), (folder, overall)
+
+
+def test_bars_each_other_folder_meets(shared: Path) -> None:
+    for folder, bars in PARTIAL.items():
+        met = _bars(_overall(_traces(str(shared), (folder,))))
+        assert all(met[bar] for bar in bars), (folder, met)
+
+
+def test_send_time_refresh_is_what_makes_starcar_hold(
+    shared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """starcar 548526c8 missed its cache 300.04 s after the previous request was sent
+    (278.9 s after its response ended) and again 308.2 s after (285.6 s): with entries
+    refreshed until the response's end, as for the 2025 models, it reads them instead, and
+    the session is 14% short."""
+    traces = _traces(str(shared), ("starcar",))
+    by_send = _overall(traces)
+    assert by_send["p90_abs_session_cost_error"] <= 0.02
+    assert abs(by_send["corpus_cost_error"]) <= 0.01
+    monkeypatch.setattr(prompt_cache, "anthropic_refresh_at_send", lambda model: False)
+    at_end = _overall(traces)
+    assert at_end["p90_abs_session_cost_error"] > 0.05
+    assert at_end["corpus_cost_error"] < -0.015
+
+
+def test_end_refresh_is_what_keeps_m_claude_exact(
+    shared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """m-claude (Opus and Sonnet 4.5, 2026-01) read its cache 306.9 s after a send that took
+    12.5 s, and right after a 313 s response: refreshed at the send, it misses both."""
+    traces = _traces(str(shared), ("m-claude",))
+    monkeypatch.setattr(prompt_cache, "anthropic_refresh_at_send", lambda model: True)
+    at_send = _overall(traces)
+    assert not _meets_issue_12(at_send)
+    assert at_send["corpus_cost_error"] > 0.01
 
 
 def test_server_tool_passes_are_what_makes_technocore_hold(shared: Path) -> None:

@@ -94,6 +94,76 @@ def test_hit_refreshes_ttl() -> None:
     assert cache.request(view((SYS, 2000)), [bp5(0)], 13 * MIN + SEC) == Usage(0, 0, 2000, 0)
 
 
+# --- Refresh point: the request's send time or its response's end -----------------------
+
+
+def test_end_refresh_keeps_an_entry_alive_past_five_minutes_after_the_send() -> None:
+    cache = AnthropicCache(min_tokens=1024, refresh_at_send=False)
+    # Sent at 0, response complete at 0:21: the entry lives until 5:21.
+    assert cache.request(view((SYS, 2000)), [bp5(0)], 0, 21 * SEC) == Usage(0, 0, 2000, 0)
+    # 5:00.037 after the send (starcar's miss) is still inside it: a hit.
+    assert cache.request(view((SYS, 2000)), [bp5(0)], 5 * MIN + 37) == Usage(0, 2000, 0, 0)
+
+
+def test_send_refresh_expires_five_minutes_after_the_send_however_long_the_response() -> None:
+    cache = AnthropicCache(min_tokens=1024, refresh_at_send=True)
+    # Sent at 0, response complete at 0:21: the entry lives until 5:00 all the same.
+    assert cache.request(view((SYS, 2000)), [bp5(0)], 0, 21 * SEC) == Usage(0, 0, 2000, 0)
+    assert cache.request(view((SYS, 2000)), [bp5(0)], 5 * MIN + 37) == Usage(0, 0, 2000, 0)
+
+
+def test_send_refresh_hit_restarts_the_ttl_at_its_own_send() -> None:
+    cache = AnthropicCache(min_tokens=1024, refresh_at_send=True)
+    cache.request(view((SYS, 2000)), [bp5(0)], 0, 10 * SEC)
+    # Read at 4:00 (response until 4:30): expiry 9:00, not 9:30.
+    assert cache.request(view((SYS, 2000)), [bp5(0)], 4 * MIN, 4 * MIN + 30 * SEC) == Usage(
+        0, 2000, 0, 0
+    )
+    assert cache.request(view((SYS, 2000)), [bp5(0)], 9 * MIN) == Usage(0, 2000, 0, 0)
+    # 9:00 refreshed it to 14:00; 14:00.001 is past.
+    assert cache.request(view((SYS, 2000)), [bp5(0)], 14 * MIN + 1) == Usage(0, 0, 2000, 0)
+
+
+def test_end_refresh_after_a_long_response_reads_right_after_it() -> None:
+    """m-claude c71cc98f: a response of 313 s, then a request at once reads its cache."""
+    for at_send, expected in ((False, Usage(0, 2000, 0, 0)), (True, Usage(0, 0, 2000, 0))):
+        cache = AnthropicCache(min_tokens=1024, refresh_at_send=at_send)
+        cache.request(view((SYS, 2000)), [bp5(0)], 0, 313 * SEC)
+        assert cache.request(view((SYS, 2000)), [bp5(0)], 313 * SEC + 47) == expected
+
+
+def test_one_hour_send_refresh() -> None:
+    cache = AnthropicCache(min_tokens=1024, refresh_at_send=True)
+    cache.request(view((SYS, 2000)), [bp1h(0)], 0, 2 * MIN)
+    assert cache.request(view((SYS, 2000)), [bp1h(0)], 60 * MIN) == Usage(0, 2000, 0, 0)
+    # The read sent at 1:00:00 moved the expiry to 2:00:00: 2:00:01 misses.
+    assert cache.request(view((SYS, 2000)), [bp1h(0)], 120 * MIN + SEC) == Usage(0, 0, 0, 2000)
+
+
+@pytest.mark.parametrize(
+    ("model", "at_send"),
+    [
+        ("claude-opus-4-20250514", False),
+        ("claude-sonnet-4-20250514", False),
+        ("claude-sonnet-4-5-20250929", False),
+        ("claude-opus-4-5-20251101", False),
+        ("claude-haiku-4-5-20251001", False),
+        ("claude-3-7-sonnet-20250219", False),
+        ("claude-opus-4-7", True),
+        ("claude-opus-4-8", True),
+        ("claude-opus-4-6[1m]", True),
+        ("claude-fable-5", True),
+        ("claude-sonnet-5", True),
+        ("claude-opus-5", True),
+        ("", True),
+    ],
+)
+def test_for_provider_sets_the_refresh_point_per_model(model: str, at_send: bool) -> None:
+    cache = for_provider("anthropic", 1024, model)
+    assert isinstance(cache, AnthropicCache)
+    assert cache.refresh_at_send is at_send
+
+
 # --- Lookback ---------------------------------------------------------------------------
 
 

@@ -22,18 +22,21 @@ between two implementations of the same thing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from conftest import Named
 
 from policies.as_recorded import KEPT_WARM_MS
-from simulator import policy
+from simulator import policy, prompt_cache
 from simulator.model import Flag, Session, Trace
 from simulator.models import facts
 from simulator.prefix import PrefixState, infer
+from simulator.prompt_cache import anthropic_refresh_at_send
 from simulator.replay import recorded_ttl, replay, session_root
 from simulator.view import FIVE_MINUTES, Breakpoint, View, chain
 from traces.load import load_all, units
@@ -57,9 +60,10 @@ class NaiveAnthropicCache:
     """The Anthropic cache rules of simulator/prompt_cache.py, without any running state
     from the view: each request re-hashes its whole chain and re-sums its tokens."""
 
-    def __init__(self, min_tokens: int, lookback: int = 20) -> None:
+    def __init__(self, min_tokens: int, lookback: int = 20, refresh_at_send: bool = False) -> None:
         self.min_tokens = min_tokens
         self.lookback = lookback
+        self.refresh_at_send = refresh_at_send
         self.entries: dict[int, list[int]] = {}  # prefix hash -> [expiry, ttl]
 
     @staticmethod
@@ -84,8 +88,9 @@ class NaiveAnthropicCache:
         return entry
 
     def request(self, view: View, breakpoints: list[Breakpoint], now: int, done: int) -> Priced:
-        """Sent at `now`; what it reads or writes counts as used until `done`."""
-        done = max(done, now)
+        """Sent at `now`; what it reads or writes counts as used until `done` (until `now`
+        for models whose entries live from the send)."""
+        done = now if self.refresh_at_send else max(done, now)
         chains, cum = self.prefixes(view)
         hit = -1
         for bp in breakpoints:
@@ -163,8 +168,9 @@ def naive_replay(session: Session, n: int | None = None) -> list[Row]:
                     existing.warm(warm_view, position, since, KEPT_WARM_MS)
         cache = caches.get(models[k])
         if cache is None:
+            model = session.models[models[k]]
             cache = caches[models[k]] = NaiveAnthropicCache(
-                facts(session.models[models[k]]).min_cache_tokens
+                facts(model).min_cache_tokens, refresh_at_send=anthropic_refresh_at_send(model)
             )
             for warm_view, position, since in warmed:
                 cache.warm(warm_view, position, since, KEPT_WARM_MS)
@@ -179,6 +185,10 @@ def naive_replay(session: Session, n: int | None = None) -> list[Row]:
             mark = next((i for i in range(lo, last) if cum[i] >= target), last)
             if mark > lo and target - cum[mark - 1] < cum[mark] - target:
                 mark -= 1
+            if mark == lo and marks and lo > marks[-1]:  # nearer a prefix mark: none of its own
+                nearest = min((*marks, lo), key=lambda p: abs(cum[p] - target))
+                if nearest != lo:
+                    mark = marks[-1]
         breakpoints = [Breakpoint(p, ttl[k]) for p in [*marks, mark]]
         rows.append((k, *cache.request(view, breakpoints, ts[k], ts_end[k])))
     return rows
@@ -329,3 +339,31 @@ def test_naive_replay_matches_the_engine_on_the_largest_claude_code_trace(
     frame = replay([(name, trace)], policy.build("as-recorded"))
     for i, session in enumerate(trace.sessions):
         assert naive_replay(session, CHECKED) == engine_rows(frame, i)[:CHECKED], session.id
+
+
+@pytest.mark.shared
+def test_naive_replay_matches_the_engine_where_entries_live_from_the_send(
+    shared_corpus: Callable[[str], Named], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same twin check where the refresh rule decides: the shortest 2026 session (a
+    model whose entries live their TTL from the request's send, simulator/prompt_cache.py
+    ANTHROPIC_REFRESH_AT_END) whose as-recorded rows differ when entries live from the
+    response's end instead."""
+    candidates = sorted(
+        (s.n_requests, name, i, trace)
+        for name, trace in shared_corpus("claude-code")
+        for i, s in enumerate(trace.sessions)
+        if s.n_requests > 1 and anthropic_refresh_at_send(s.models[int(s.requests["model"][0])])
+    )
+    chosen = None
+    for _, name, i, trace in candidates:
+        at_send = engine_rows(replay([(name, trace)], policy.build("as-recorded")), i)
+        with monkeypatch.context() as m:
+            m.setattr(prompt_cache, "anthropic_refresh_at_send", lambda model: False)
+            at_end = engine_rows(replay([(name, trace)], policy.build("as-recorded")), i)
+        if at_send != at_end:
+            chosen = (trace.sessions[i], at_send)
+            break
+    assert chosen is not None, "no 2026 session in ../shared/traces where the rule decides"
+    session, rows = chosen
+    assert naive_replay(session) == rows, session.id
