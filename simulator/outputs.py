@@ -13,12 +13,15 @@ in one expression. Column definitions: reports/METRICS.md.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -70,6 +73,31 @@ def ctxsim_version() -> str:
         return package_version("ctxsim")
     except PackageNotFoundError:  # running from a checkout that was never installed
         return "unknown"
+
+
+@functools.cache
+def rules_versions() -> dict[str, str]:
+    """Digests of what decides a row beside the policy's spec: the prompt-cache rules
+    (simulator/prompt_cache.py and the prefix inference, simulator/prefix.py) and the model
+    facts (simulator/models.py with the genai-prices release whose data it reads). A change
+    of either gives other rows for the same spec, so the manifest records them and a sweep or
+    a tuning study refuses to resume across a change."""
+    from simulator import models, prefix, prompt_cache
+
+    def digest(*modules: ModuleType, extra: str = "") -> str:
+        h = hashlib.sha256(extra.encode())
+        for module in modules:
+            h.update(Path(str(module.__file__)).read_bytes())
+        return h.hexdigest()[:12]
+
+    try:
+        prices_release = package_version("genai-prices")
+    except PackageNotFoundError:
+        prices_release = "unknown"
+    return {
+        "cache_rules": digest(prompt_cache, prefix),
+        "model_facts": digest(models, extra=f"genai-prices {prices_release}"),
+    }
 
 
 def parquet_bytes(frame: pl.DataFrame) -> bytes:
@@ -313,6 +341,7 @@ def build_run(
     manifest: dict[str, Any] = {
         "ctxsim_version": ctxsim_version(),
         "prices": prices_version,
+        **rules_versions(),
         "seed": seed,
         "cache": cache,
         "lenient": lenient,

@@ -65,6 +65,7 @@ from simulator.outputs import (
     json_bytes,
     parquet_bytes,
     policy_entry,
+    rules_versions,
     trace_entry,
 )
 from simulator.policy import Policy, PolicyError, PolicySpec
@@ -669,6 +670,7 @@ class SweepSettings:
         return {
             "ctxsim_version": ctxsim_version(),
             "prices": default_prices().version,
+            **rules_versions(),
             "seed": self.seed,
             "cache": self.cache,
             "lenient": self.lenient,

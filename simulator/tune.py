@@ -32,7 +32,7 @@ import polars as pl
 from simulator import policy as registry
 from simulator import run as service
 from simulator.model import Trace
-from simulator.outputs import overall_summary, policy_entry, trace_entry
+from simulator.outputs import overall_summary, policy_entry, rules_versions, trace_entry
 from simulator.policy import Policy, PolicyError
 from simulator.replay import default_prices
 from simulator.sweep import SweepError, parse_values, split_key
@@ -285,6 +285,7 @@ def _settings(spec: TuneSpec, traces: Sequence[tuple[str, Trace]]) -> dict[str, 
         "seed": spec.seed,
         "cache": spec.cache,
         "prices": default_prices().version,
+        **rules_versions(),
         "traces": [trace_entry(name, trace) for name, trace in traces],
     }
 

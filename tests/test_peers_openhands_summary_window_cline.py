@@ -340,7 +340,7 @@ def test_every_shared_claude_code_session(
     assert frame.filter(pl.col("kind") == "request").height == recorded
     counts = [c for c, dtype in frame.schema.items() if dtype.is_numeric()]
     for column in counts:
-        assert frame[column].min() >= 0, column  # type: ignore[operator]
+        assert (frame[column].drop_nulls() >= 0).all(), column  # nulls: no stated limit
     assert frame["cost_total"].null_count() == 0
     stages = set(frame.filter(pl.col("kind") == "compaction")["stage"].to_list())
     assert stages <= {"openhands": {"condense"}, "llm-summary": {"summarize"}}.get(name, set())

@@ -296,7 +296,10 @@ def test_outputs_hold_no_message_text(tmp_path: Path) -> None:
     requests = pl.read_parquet(out / "requests.parquet")
     allowed |= set(requests["session"].unique()) | set(requests["model"].unique())
     allowed |= set(requests["params_hash"].unique())
-    for name in ("requests", "sessions", "fidelity", "fidelity_sessions"):
+    # the edits table names stages and kinds of edits, from the policies' own vocabulary
+    allowed |= {"microcompact", "snip", "collapse", "budget", "mask", "clear_tool_uses"}
+    allowed |= {"truncate", "prune", "window", "clear", "remove", "replace", "persist"}
+    for name in ("requests", "sessions", "edits", "fidelity", "fidelity_sessions"):
         frame = pl.read_parquet(out / f"{name}.parquet")
         for column in frame.select(pl.col(pl.String)).columns:
             values = set(frame[column].drop_nulls().unique())
@@ -308,5 +311,6 @@ def test_outputs_hold_no_message_text(tmp_path: Path) -> None:
     digests = {t["source_digest"] for t in manifest["traces"]} | set(manifest["files"].values())
     vocabulary = {"claude-code", "codex", "swe-agent", "auto", manifest["ctxsim_version"]}
     vocabulary |= {manifest["prices"], *(p["version"] for p in manifest["policies"])}
+    vocabulary |= {manifest["cache_rules"], manifest["model_facts"]}  # digests of the rules
     leftover = strings - allowed - digests - vocabulary
     assert all(s.isidentifier() or s.endswith(".parquet") for s in leftover), leftover
