@@ -57,6 +57,7 @@ from policies.base import CACHE_TTL, PREFIX_RESETS, SUMMARY_TOKENS, Conversation
 from simulator.params import Declarations, Param, count, flag, fraction, tokens
 from simulator.policy import (
     Emitter,
+    Limits,
     Policy,
     PolicyError,
     SessionContext,
@@ -98,11 +99,23 @@ class AiderSession(ConversationSession):
         self.summary_cached = params["summary.cached"]
         self.summaries = 0
 
+    def threshold_tokens(self) -> int:
+        """The smallest history that is summarised: aider's `too_big` is total >
+        max_chat_history_tokens, so the budget + 1. The history is the conversation
+        without the system + tools prefix (module docstring), so on a chart of the whole
+        view this line sits the prefix below the context it is compared with."""
+        return self.budget + 1
+
+    def limits(self) -> Limits:
+        """Summarisation at `threshold_tokens` of history; aider refuses nothing itself
+        (the window)."""
+        return Limits(threshold=self.threshold_tokens())
+
     def transform(self, k: int, out: Emitter) -> None:
         conv = self.conv
         items = conv.items
         history = self.tokens(items)
-        if history <= self.budget:
+        if history < self.threshold_tokens():
             return
         groups = conv.groups()
         if len(groups) < 2:

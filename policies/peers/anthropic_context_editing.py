@@ -52,6 +52,7 @@ from policies.base import CACHE_TTL, MESSAGE_MARKS, PREFIX_RESETS, ConversationS
 from simulator.params import Declarations, Param, count, flag, names, tokens
 from simulator.policy import (
     Emitter,
+    Limits,
     Policy,
     PolicyError,
     SessionContext,
@@ -67,7 +68,7 @@ CLEARED_SALT = 0xC1EA
 class ContextEditingSession(ConversationSession):
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
         super().__init__(ctx, params, message_marks=params["cache.message_marks"])
-        self.trigger = params["trigger_tokens"]
+        self.trigger: int = params["trigger_tokens"]
         self.keep = params["keep_tool_uses"]
         self.at_least = params["clear_at_least_tokens"]
         self.exclude = {str(t) for t in params["exclude_tools"]}
@@ -83,12 +84,22 @@ class ContextEditingSession(ConversationSession):
         conv = self.conv
         return 0 if key in conv.edited else conv.tokens[key]
 
+    def threshold_tokens(self) -> int:
+        """The smallest unedited prompt the edit clears: it activates once the input
+        tokens exceed `trigger_tokens`, so that + 1."""
+        return self.trigger + 1
+
+    def limits(self) -> Limits:
+        """Clearing at `threshold_tokens` of the unedited prompt (system and tools
+        included); the edit refuses nothing (the window)."""
+        return Limits(threshold=self.threshold_tokens())
+
     def wanted(self, present: set[int]) -> dict[int, int]:
         """The blocks this request's edit clears, with the tokens each one frees."""
         conv = self.conv
         items = conv.items
         unedited = conv.total() + sum(self.cleared.values())
-        if unedited <= self.trigger:
+        if unedited < self.threshold_tokens():
             return {}
         results = [key for key in items if conv.is_tool_result(key)]
         older = results[: max(0, len(results) - self.keep)]

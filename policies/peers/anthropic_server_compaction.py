@@ -55,6 +55,7 @@ from policies.calibration.summary import SUMMARY_CAP
 from simulator.params import Declarations, Param, tokens
 from simulator.policy import (
     Emitter,
+    Limits,
     Policy,
     PolicyError,
     SessionContext,
@@ -72,17 +73,27 @@ SUMMARY_SALT = 0xC0A1
 class ServerCompactionSession(ConversationSession):
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
         super().__init__(ctx, params, message_marks=params["cache.message_marks"])
-        self.trigger = params["trigger_tokens"]
+        self.trigger: int = params["trigger_tokens"]
         self.instructions = params["instructions_tokens"]
         self.compactions = 0
         #: The request now being sent was compacted: its response step has no message marker.
         self.compacted_now = False
 
+    def threshold_tokens(self) -> int:
+        """The smallest input that compacts: compaction starts once the input tokens
+        exceed `trigger_tokens`, so that + 1."""
+        return self.trigger + 1
+
+    def limits(self) -> Limits:
+        """Compaction at `threshold_tokens` of the input as the API processes it; the
+        API's only refusal is the window's."""
+        return Limits(threshold=self.threshold_tokens())
+
     def transform(self, k: int, out: Emitter) -> None:
         self.compacted_now = False
         conv = self.conv
         total = conv.total()
-        if total <= self.trigger or total + self.instructions > self.window:
+        if total < self.threshold_tokens() or total + self.instructions > self.window:
             return
         items = list(conv.items)
         before = self.tokens(items)

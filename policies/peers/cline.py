@@ -47,6 +47,7 @@ from policies.base import CACHE_TTL, MESSAGE_MARKS, PREFIX_RESETS, ConversationS
 from simulator.params import Declarations, Param, choice, count, fraction, tokens
 from simulator.policy import (
     Emitter,
+    Limits,
     Policy,
     PolicyError,
     SessionContext,
@@ -85,6 +86,16 @@ class ClineSession(ConversationSession):
         #: (request, groups removed, fraction used) per truncation.
         self.truncations: list[tuple[int, int, float]] = []
 
+    def threshold_tokens(self) -> int:
+        """The smallest count that truncates: `maxAllowedSize` (Cline truncates at
+        usage >= it), in the units `trigger` compares (the last usage + output, or the
+        view)."""
+        return self.limit
+
+    def limits(self) -> Limits:
+        """Cline truncates at `maxAllowedSize` and never refuses to send (the window)."""
+        return Limits(threshold=self.threshold_tokens())
+
     def transform(self, k: int, out: Emitter) -> None:
         conv = self.conv
         if self.trigger == "context":
@@ -93,7 +104,7 @@ class ClineSession(ConversationSession):
             return  # Cline checks the previous request's usage: none before the first
         else:
             used = self.last_total + self.last_output
-        if used < self.limit:
+        if used < self.threshold_tokens():
             return
         groups = conv.groups()
         rest = len(groups) - self.keep

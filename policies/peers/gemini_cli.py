@@ -37,6 +37,7 @@ sizes), and newer versions sending the untruncated head to the summariser when i
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from policies.base import (
@@ -51,7 +52,7 @@ from policies.base import (
 from policies.calibration.summary import SUMMARY_CAP
 from simulator.model import Flag
 from simulator.params import Declarations, Param, choice, count, flag, fraction, tokens
-from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
+from simulator.policy import Emitter, Limits, Policy, SessionContext, SessionPolicy, register
 
 #: Fraction of the model's token limit at which Gemini CLI compresses (older: 0.7).
 COMPRESSION_THRESHOLD = 0.5
@@ -84,7 +85,7 @@ class GeminiCliSession(ConversationSession):
 
     def __init__(self, ctx: SessionContext, params: dict[str, Any]) -> None:
         super().__init__(ctx, params, message_marks=params["cache.message_marks"])
-        self.threshold = params["compression_threshold"] * self.window
+        self.fraction = float(params["compression_threshold"])
         self.preserve = params["preserve_fraction"]
         if not 0.0 < self.preserve < 1.0:
             raise ValueError(f"preserve_fraction must be in (0, 1), not {self.preserve}")
@@ -100,8 +101,19 @@ class GeminiCliSession(ConversationSession):
         self.with_prefix = params["send_main_prefix"]
         self.compressions = 0
 
+    def threshold_tokens(self) -> int:
+        """The smallest estimate that compresses: Gemini CLI compresses once the count
+        reaches compression_threshold x the window, so the ceiling of that product (the
+        same test for a whole-token count)."""
+        return math.ceil(self.fraction * self.window)
+
+    def limits(self) -> Limits:
+        """Compression at `threshold_tokens` of the harness estimate; no refusal of its own
+        (the window)."""
+        return Limits(threshold=self.threshold_tokens())
+
     def transform(self, k: int, out: Emitter) -> None:
-        if not self.conv.items or self.estimate(k) < self.threshold:
+        if not self.conv.items or self.estimate(k) < self.threshold_tokens():
             return
         self.compress(k, out)
 

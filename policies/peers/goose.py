@@ -45,6 +45,7 @@ Modelling choices (ours):
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from policies.base import (
@@ -60,6 +61,7 @@ from simulator.model import Flag, Kind, Role
 from simulator.params import Declarations, Param, count, flag, tokens
 from simulator.policy import (
     Emitter,
+    Limits,
     Policy,
     PolicyError,
     SessionContext,
@@ -122,10 +124,30 @@ class GooseSession(ConversationSession):
             return self.conv.total()
         return self.last_total + self.last_output
 
+    def threshold_tokens(self) -> int | None:
+        """The smallest count that compacts, None when the threshold turns compaction off
+        (<= 0 or >= 1): goose compacts when tokens / limit > threshold, so the first whole
+        count whose ratio (as floats, as goose divides) is over it."""
+        share, window = float(self.threshold), self.window
+        if not 0 < share < 1:
+            return None
+        at = math.floor(share * window) + 1
+        while at > 0 and (at - 1) / window > share:
+            at -= 1
+        while not at / window > share:
+            at += 1
+        return at
+
+    def limits(self) -> Limits:
+        """Compaction at `threshold_tokens` of goose's count (checked when a user message
+        arrives, unless `check_every_request`); the recovery compaction is at the window,
+        which refuses the request, not goose."""
+        return Limits(threshold=self.threshold_tokens())
+
     def transform(self, k: int, out: Emitter) -> None:
-        enabled = 0 < self.threshold < 1
-        checked = enabled and (self.user_turn or self.every_request)
-        if checked and self.tokens_now() / self.window > self.threshold:
+        at = self.threshold_tokens()
+        checked = self.user_turn or self.every_request
+        if at is not None and checked and self.tokens_now() >= at:
             self.compact(k, out, "compact")
         if self.recovery and self.conv.total() > self.window:
             self.compact(k, out, "recover")

@@ -51,6 +51,7 @@ from policies.calibration.summary import SUMMARY_CAP
 from simulator.params import Declarations, Param, count, flag, tokens
 from simulator.policy import (
     Emitter,
+    Limits,
     Policy,
     PolicyError,
     SessionContext,
@@ -76,6 +77,11 @@ class LlmSummarySession(ConversationSession):
         #: The checkpoint item now in the conversation (None before the first summary).
         self.summary: int | None = None
         self.summaries = 0
+
+    def limits(self) -> Limits:
+        """No token threshold: summarisation fires on the number of unsummarised turns
+        (N + M), whatever their size; nothing refuses to send (the window)."""
+        return Limits(threshold=None)
 
     def transform(self, k: int, out: Emitter) -> None:
         conv = self.conv

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from policies.base import CACHE_TTL, MESSAGE_MARKS, PREFIX_RESETS, ConversationSession
 from simulator.params import Declarations, Param, count, flag, tokens
-from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
+from simulator.policy import Emitter, Limits, Policy, SessionContext, SessionPolicy, register
 
 #: Tokens of the placeholder an old observation becomes.
 PLACEHOLDER_TOKENS = 12
@@ -27,6 +27,12 @@ class MaskingSession(ConversationSession):
         self.keep_first = params["keep_first_observation"]
         self.placeholder = params["placeholder_tokens"]
         self.masked: set[int] = set()
+
+    def limits(self) -> Limits:
+        """No token threshold: masking acts on the count of observations (every one past
+        the newest `keep_observations`), whatever their size; nothing refuses to send (the
+        window)."""
+        return Limits(threshold=None)
 
     def transform(self, k: int, out: Emitter) -> None:
         conv = self.conv

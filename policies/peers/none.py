@@ -1,6 +1,8 @@
 """`none`: no context management at all. The conversation grows until it no longer fits;
 every request past the model's window is recorded as an overflow (replay goes on: the
-recorded agent kept working)."""
+recorded agent kept working). It states no limits (`SessionPolicy.limits` None): it has no
+threshold, and it never refuses to send, so its only line is the window every chart draws
+(a blocking limit of None is the window, simulator/policy.py `Limits`)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ from policies.calibration.summary import SUMMARY_CAP
 from policies.conversation import CLEARED_TOKENS
 from simulator.model import Flag
 from simulator.params import Declarations, Param, choice, count, flag, names, tokens
-from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy, register
+from simulator.policy import Emitter, Limits, Policy, SessionContext, SessionPolicy, register
 
 #: Output reserve: the usable input is the input limit minus min(this, max output).
 COMPACTION_BUFFER = 20_000
@@ -174,10 +174,20 @@ class OpencodeSession(ConversationSession):
             return 0
         return self.last_total + self.last_output
 
+    def threshold_tokens(self) -> int:
+        """The smallest count that compacts: the usable input, input limit - min(20,000,
+        max output) (opencode compacts once the count reaches it)."""
+        return self.usable
+
+    def limits(self) -> Limits:
+        """Compaction at the usable input (of `count`, the last usage); pruning is not on a
+        size of the context, and opencode refuses nothing itself (the window)."""
+        return Limits(threshold=self.threshold_tokens())
+
     def transform(self, k: int, out: Emitter) -> None:
         if self.prune_enabled and self.prune_at == "request":
             self.prune()
-        if not self.conv.items or self.count() < self.usable:
+        if not self.conv.items or self.count() < self.threshold_tokens():
             return
         self.compact(k, out)
 

@@ -55,6 +55,7 @@ from policies.calibration.summary import SUMMARY_CAP
 from simulator.params import Declarations, Param, count, flag, tokens
 from simulator.policy import (
     Emitter,
+    Limits,
     Policy,
     PolicyError,
     SessionContext,
@@ -79,6 +80,11 @@ class OpenHandsSession(ConversationSession):
         #: The summary item now in the conversation (None before the first condensation).
         self.summary: int | None = None
         self.condensations = 0
+
+    def limits(self) -> Limits:
+        """No token threshold: the condenser fires on the number of events (more than
+        `max_size`), whatever their size; nothing refuses to send (the window)."""
+        return Limits(threshold=None)
 
     def transform(self, k: int, out: Emitter) -> None:
         conv = self.conv

@@ -21,6 +21,7 @@ from policies.base import CACHE_TTL, MESSAGE_MARKS, PREFIX_RESETS, ConversationS
 from simulator.params import Declarations, Param, flag, fraction
 from simulator.policy import (
     Emitter,
+    Limits,
     Policy,
     PolicyError,
     SessionContext,
@@ -40,10 +41,20 @@ class SlidingWindowSession(ConversationSession):
         self.truncations = 0
         self.dropped_groups = 0
 
+    def threshold_tokens(self) -> int:
+        """The smallest view that is cut: groups go once the view holds more than
+        `trigger_fraction` of the window (in whole tokens), so that + 1."""
+        return self.trigger + 1
+
+    def limits(self) -> Limits:
+        """Dropping at `threshold_tokens` of the view; nothing refuses to send (the
+        window)."""
+        return Limits(threshold=self.threshold_tokens())
+
     def transform(self, k: int, out: Emitter) -> None:
         conv = self.conv
         total = conv.total()
-        if total <= self.trigger:
+        if total < self.threshold_tokens():
             return
         groups = conv.groups()
         bounds = [*groups, len(conv.items)]
