@@ -76,6 +76,11 @@ class _SessionFacts:
         np.add.at(delta, np.minimum(first[live], n), self.tokens[live])
         np.add.at(delta, np.minimum(hidden[live], n), -self.tokens[live])
         self.human_at: list[int] = np.cumsum(delta)[:n].tolist()
+        #: The same facts as plain lists, for the per-item work of the incremental pass.
+        self.hash_of: list[int] = self.hash.tolist()
+        self.tokens_of: list[int] = self.tokens.tolist()
+        self.human_of: list[bool] = self.human.tolist()
+        self.artifact_of: list[bool] = self.artifact.tolist()
         # Successful read results per file, in history order.
         path = b["path_hash"]
         kind = b["kind"]
@@ -106,6 +111,81 @@ class _SessionFacts:
         return -1
 
 
+class _ViewState:
+    """Running sums over the items of the last view observed, so that a call costs the
+    items that changed since the previous call, not the whole view: views are append-mostly
+    (a request adds its new blocks; a compaction rewrites from a point), and the hash chain
+    and the cumulative token counts say where the new view departs from the old one (a
+    cache_edits deletion keeps the hash but lowers the counts, so both are compared)."""
+
+    def __init__(self, f: _SessionFacts) -> None:
+        self.f = f
+        self.ids: list[int] = []
+        self.chains: list[int] = []
+        self.cum: list[int] = []  # view.cum as it was for each item processed
+        #: Prefix sums (index i: over the first i items) of the human tokens sent verbatim,
+        #: of what is neither history nor prefix nor artifact (inserted), of artifact tokens.
+        self.human = [0]
+        self.inserted = [0]
+        self.recorded = [0]
+        #: History blocks the view sends verbatim (block -> position), and the artifacts.
+        self.verbatim: dict[int, int] = {}
+        self.artifacts: dict[int, int] = {}
+
+    def _common(self, view: View) -> int:
+        """How many leading items the view shares with the state (same chain, same sums)."""
+        n = min(len(self.chains), len(view.chains))
+        chains, cum = view.chains, view.cum
+        if n and self.chains[n - 1] == chains[n - 1] and self.cum[n - 1] == cum[n - 1]:
+            return n
+        lo, hi = 0, n  # the predicate "item j is shared" is true up to a point, then false
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.chains[mid] == chains[mid] and self.cum[mid] == cum[mid]:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def update(self, view: View) -> None:
+        m = self._common(view)
+        for pos in range(len(self.ids) - 1, m - 1, -1):  # items that left or changed
+            block = self.ids[pos]
+            if self.verbatim.get(block) == pos:
+                del self.verbatim[block]
+            if self.artifacts.get(block) == pos:
+                del self.artifacts[block]
+        del self.ids[m:], self.chains[m:], self.cum[m:]
+        del self.human[m + 1 :], self.inserted[m + 1 :], self.recorded[m + 1 :]
+        f = self.f
+        hash_of, tokens_of, human_of, artifact_of = (
+            f.hash_of,
+            f.tokens_of,
+            f.human_of,
+            f.artifact_of,
+        )
+        human, inserted, recorded = self.human[-1], self.inserted[-1], self.recorded[-1]
+        ids, hashes, tokens = view.ids, view.hashes, view.tokens
+        for pos in range(m, len(ids)):
+            block, held = ids[pos], tokens[pos]
+            if block >= 0:
+                if hashes[pos] == hash_of[block] and held == tokens_of[block]:
+                    self.verbatim[block] = pos
+                    if human_of[block]:
+                        human += held
+                if artifact_of[block]:
+                    self.artifacts[block] = pos
+                    recorded += held
+            else:
+                inserted += held
+            self.human.append(human)
+            self.inserted.append(inserted)
+            self.recorded.append(recorded)
+        self.ids.extend(ids[m:])
+        self.chains.extend(view.chains[m:])
+        self.cum.extend(view.cum[m:])
+
+
 class _Observer:
     """Called by the engine for every call of one trace as it is priced (simulator/replay.py
     `Observer`): records the loss facts of the call's view."""
@@ -115,41 +195,38 @@ class _Observer:
         self.sink = sink
         self.index = -1
         self.f: _SessionFacts | None = None
+        self.state: _ViewState | None = None
         #: Where the conversation each compaction call of the current request summarized
         #: ends, and the hash chain of the view through there.
         self.summarized: list[tuple[int, int]] = []
         self.artifacts: set[int] = set()
 
     def __call__(self, index: int, k: int, view: View, call: Call, usage: Usage) -> None:
-        if index != self.index or self.f is None:  # the next session: fresh state
+        if index != self.index or self.f is None or self.state is None:  # the next session
             self.index = index
             self.f = _SessionFacts(self.trace.sessions[index])
+            self.state = _ViewState(self.f)
             self.summarized = []
             self.artifacts = set()
-        self.sink.append(self.facts(self.f, k, view, call))
+        self.sink.append(self.facts(self.f, self.state, k, view, call))
 
-    def facts(self, f: _SessionFacts, k: int, view: View, call: Call) -> tuple[Any, ...]:
-        ids = np.asarray(view.ids, dtype=np.int64)
-        tokens = np.asarray(view.tokens, dtype=np.int64)
-        history = ids >= 0
-        blocks = ids[history]
-        held = tokens[history]
-        hashes = np.asarray(view.hashes, dtype=np.uint64)[history]
-        verbatim = (hashes == f.hash[blocks]) & (held == f.tokens[blocks])
-        human_kept = int(held[verbatim & f.human[blocks]].sum())
-        inserted = int(tokens[~history].sum()) - f.prefix_tokens
-        recorded = f.artifact[blocks]
-        summary = int(held[recorded].sum()) + max(0, inserted)
+    def facts(
+        self, f: _SessionFacts, state: _ViewState, k: int, view: View, call: Call
+    ) -> tuple[Any, ...]:
+        state.update(view)
+        human_kept = state.human[-1]
+        inserted = state.inserted[-1] - f.prefix_tokens
+        summary = state.recorded[-1] + max(0, inserted)
         stale = 0
         after = False
         if call.kind == "request":
             uses = f.uses.get(k)
             if uses:
-                kept = set(blocks[verbatim].tolist())
+                kept = state.verbatim
                 for block, path in uses:
                     last = f.last_read(path, block, k)
                     stale += last >= 0 and last not in kept
-            in_view = set(blocks[recorded].tolist())
+            in_view = set(state.artifacts)
             chains = view.chains
             rewritten = any(
                 pos >= len(chains) or chains[pos] != chain for pos, chain in self.summarized
