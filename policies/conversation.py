@@ -284,14 +284,15 @@ class Conversation:
     def is_read_result(self, key: int) -> bool:
         return key >= 0 and bool(self.flags[key] & Flag.PATH_READ) and self.is_tool_result(key)
 
-    def groups(self) -> list[int]:
-        """Start index of each API-round group: an assistant response with the tool
-        results that answer it, or a run of user content. Cutting only at these never
-        separates a tool_use from its tool_result."""
+    def groups(self, items: list[int] | None = None) -> list[int]:
+        """Start index of each API-round group of the items (or of `items`, a candidate
+        list of them): an assistant response with the tool results that answer it, or a
+        run of user content. Cutting only at these never separates a tool_use from its
+        tool_result."""
         starts: list[int] = []
         prev: object = None
         origin, result = self.origin, self.result  # a pass over every item: locals
-        for i, key in enumerate(self.items):
+        for i, key in enumerate(self.items if items is None else items):
             if key < 0:
                 starts.append(i)
                 prev = ("synthetic", i)

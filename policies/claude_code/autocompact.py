@@ -255,10 +255,7 @@ class Autocompact:
         """Drop the oldest API-round groups until `gap` tokens are gone. Claude Code drops
         20% of the groups when the API does not say by how much the prompt is over; the
         simulation always knows the gap, so the fraction applies only when it is unknown."""
-        saved = conv.items
-        conv.items = items
-        groups = conv.groups()
-        conv.items = saved
+        groups = conv.groups(items)
         bounds = [*groups, len(items)]
         at_least = max(1, int(len(groups) * self.ptl_drop)) if gap <= 0 else 1
         freed = 0
