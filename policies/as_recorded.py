@@ -115,6 +115,9 @@ class _State(SessionPolicy):
         for position in self.rewarm:
             out.warm(view, position, KEPT_WARM_MS)
         self.rewarm = []
+        if self.warm_start:
+            for position in self.prefix.warm_now:  # warm from elsewhere after an idle gap
+                out.warm(view, position, ttl)
         prefix_marks = self.marks_by_ttl.get(ttl)
         if prefix_marks is None:
             prefix_marks = self.marks_by_ttl[ttl] = [Breakpoint(p, ttl) for p in self.marks]

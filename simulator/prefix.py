@@ -30,6 +30,35 @@ earlier gap found them cold) and the one at the read is reset. In ../shared, git
 entirecontext sessions read nothing after gaps of hours, m-claude and wakil ones part of
 it, others all of it after 54 minutes.
 
+After such a gap a request can also read *more* of the prefix than the session found warm
+at its start: other sessions of the user kept a longer part warm by then (their system
+prompt and injected context had the same start as this one's). The recording's read is the
+evidence of how far, per request, never a per-session constant: the prefix gets a segment
+boundary there, with a cache marker (a read ending there means the client marks there: no
+marker of the session's own reaches it by lookback from further on), and the request finds
+the segments up to it warm (`Prefix.warm_more`, `PrefixState.warm_now`), seeded with the
+request's own TTL, so a later gap reads only what its own evidence says. In ../shared
+(`ctxsim fidelity`, as-recorded; the 174 requests after a gap longer than the TTL last
+written with, the previous request with usage too): 23 such reads end inside the prefix
+beyond the start's shared part, in flutter-docker, git-sync, starcar and wakil; starcar
+548526c8 found nothing warm at its start and reads 30,582 of its 79,600-token prefix after
+its own entries expired (5.0 minutes on a 5-minute TTL), git-sync ec48fae0 reads 9,236 of
+17,458 after gaps of 1.4-9 h and 17,248 after one of 5.7 h (9,210 at its start), wakil
+adf7939a 26,205 of 39,406 after 77 minutes (21,274 at its start) and 21,399 after the
+later 11-13 minute gaps. Reads beyond the prefix after such a gap (ec48fae0 reads 24,203
+after 15 h, into its first messages) are not modelled: the messages are this session's.
+
+Not modelled: thinking on and off as separate cache keys. Anthropic keys message-cache
+entries by the thinking parameters, and in 2.1.29 and 2.1.31 (promptgrimoire 8 of 8,
+denubis 4 of 5) a switch of whether the response holds thinking falls back to the system
+part, and a switch back reads the last same-mode prompt; in 2.1.1xx-2.1.2xx 3,118 of
+3,199 such switches within the TTL read the whole previous context (a response without
+thinking is no request without it there). Chained per mode at the switches whose read
+falls back, the corpus went from +0.07% to +0.27% and promptgrimoire from -0.58% to
++1.27%: its switch back at request 229 follows 24 items of the other mode, beyond the
+20-item lookback that the recording's read evidently reached; the fall-backs themselves
+are resets already.
+
 Sessions without usage have one segment, the whole prefix.
 
 Prefix changes. The prefix is per request (`Session.prefix_at`, the compiled `prefix`
@@ -75,6 +104,9 @@ class Prefix:
     #: Request after an idle gap -> how far the shared part was warm from elsewhere (what
     #: the recording read of it): those segments are the warm versions again.
     shared_warm: dict[int, int] = field(default_factory=dict)
+    #: Request after an idle gap -> how far the prefix was warm from elsewhere where that
+    #: is beyond the shared part: the segments ending there are seeded as they are now.
+    warm_more: dict[int, int] = field(default_factory=dict)
 
     def segments(self) -> list[tuple[int, int]]:
         """(start, size) of each prefix segment."""
@@ -120,6 +152,7 @@ def infer(session: Session, *, resets: bool = True, recorded: bool = False) -> P
     found: dict[int, int] = {}
     shared0 = min(read[0], totals[0])
     warm_shared: dict[int, int] = {}
+    warm_more: dict[int, int] = {}
     if resets:
         for k in range(1, len(has)):
             ttl = ONE_HOUR if w1[k - 1] > 0 and w5[k - 1] == 0 else FIVE_MINUTES
@@ -130,14 +163,20 @@ def infer(session: Session, *, resets: bool = True, recorded: bool = False) -> P
                 found[k] = read[k]
                 if not alive and shared0 > 0:
                     warm_shared[k] = min(read[k], shared0)
+                if not alive and read[k] > shared0:
+                    warm_more[k] = read[k]
                 continue
-            if not (has[k] and has[k - 1]) or k in compactions or read[k] >= totals[k]:
+            if not (has[k] and has[k - 1]) or k in compactions or read[k] > totals[k]:
                 continue
             if totals[k] != totals[k - 1]:
                 continue  # a new layout: its own cache entries, not a reset
-            if alive and context[k - 1] - read[k] >= RESET_MIN_SHORTFALL:
-                found[k] = read[k]
-            elif not alive and shared0 > 0:
+            if alive:
+                if read[k] < totals[k] and context[k - 1] - read[k] >= RESET_MIN_SHORTFALL:
+                    found[k] = read[k]
+                continue
+            if read[k] > shared0:
+                warm_more[k] = read[k]  # warm from elsewhere beyond the shared part
+            if shared0 > 0 and read[k] < totals[k]:
                 warm_shared[k] = min(read[k], shared0)  # warm from elsewhere so far
                 if read[k] < shared0:
                     found[k] = read[k]  # and the rest cold
@@ -152,9 +191,10 @@ def infer(session: Session, *, resets: bool = True, recorded: bool = False) -> P
         if a and not new_model:
             shared = layouts[0][1].shared  # warm from elsewhere: seeded once, at the start
         cuts |= {v for v in found.values() if v < t} | {layouts[0][1].shared if a else 0}
+        cuts |= {v for v in warm_more.values() if v < t}
         cut_points = tuple(sorted(c for c in cuts if c < t) or [0])
         layouts.append((a, Prefix(shared, system, t, cut_points, found, new_model=new_model)))
-    first = replace(layouts[0][1], shared_warm=warm_shared)
+    first = replace(layouts[0][1], shared_warm=warm_shared, warm_more=warm_more)
     if len(layouts) == 1:
         return first
     return replace(first, changes={a: layout for a, layout in layouts[1:]})
@@ -179,6 +219,9 @@ class PrefixState:
         self.version: dict[int, int] = {}
         #: The layout `reset` just started is a new model's: its warm part is to be seeded.
         self.warm_pending = False
+        #: Positions `reset` found warm from elsewhere beyond the shared part (`warm_more`):
+        #: to be seeded for this request with its own TTL.
+        self.warm_now: list[int] = []
 
     def reset(self, request: int) -> bool:
         """Apply an unlogged change at `request`, if there is one; True if the prefix changed."""
@@ -189,6 +232,12 @@ class PrefixState:
             self.layout = layout
             self.warm_pending = layout.new_model
             changed = True
+        more = self.prefix.warm_more.get(request, 0)
+        self.warm_now = [
+            i
+            for i, (start, size) in enumerate(self.layout.segments())
+            if self.layout.shared < start + size <= more
+        ]
         upto = self.prefix.shared_warm.get(request)
         if upto is not None:
             for start, size in self.layout.segments():

@@ -47,7 +47,7 @@ class _Session:
     def block(self, kind: Kind, role: Role, tokens: int, **kw: Any) -> int:
         self.n += 1
         return self.b.add_block(
-            msg=self.n,
+            msg=self.n - 1,  # 0-based: the compiled format checks msg < blocks
             kind=kind,
             role=role,
             text=f"b{self.n}",
@@ -410,3 +410,42 @@ def test_the_shared_prefix_is_warm_only_as_far_as_the_recording_read_it() -> Non
     )
     rows = without.filter(pl.col("kind") == "request").sort("request")
     assert rows["cache_read"].to_list()[2] == 2_000  # kept warm for ever
+
+
+def _warm_beyond_the_shared_part() -> Session:
+    """A 3,000 prefix of which the first request reads 2,000 (warm from other sessions).
+    After an idle two hours the recording reads 2,600: other sessions kept more of the
+    prefix warm by then. Two hours later again it reads 2,000 only: the 2,600 was warm
+    then, not for ever."""
+    w = _Session()
+    w.human(100)
+    w.request(T0, _usage(3_100, read=2_000), model=B)
+    w.human(30)
+    w.request(T0 + SECOND, _usage(3_130, read=3_100), model=B)
+    w.human(40)
+    w.request(T0 + 2 * HOUR, _usage(3_170, read=2_600), model=B)
+    w.human(30)
+    w.request(T0 + 2 * HOUR + SECOND, _usage(3_200, read=3_170), model=B)
+    w.human(50)
+    w.request(T0 + 4 * HOUR, _usage(3_250, read=2_000), model=B)
+    return w.b.finish()
+
+
+def test_the_prefix_can_be_warm_beyond_the_shared_part_after_an_idle_gap() -> None:
+    s = _warm_beyond_the_shared_part()
+    frame = replay([("t", Trace("claude-code", "0" * 64, [s]))], policy.build("as-recorded", {}))
+    rows = frame.filter(pl.col("kind") == "request").sort("request")
+    assert rows["cache_read"].to_list() == [2_000, 3_100, 2_600, 3_170, 2_000]
+    # What was not read is written: 3,170 - 2,600 and 3,250 - 2,000.
+    assert rows["cache_write_5m"].to_list() == [1_100, 30, 570, 30, 1_250]
+
+
+def test_warm_beyond_the_shared_part_needs_the_warm_start() -> None:
+    """Without seeding what other sessions kept warm, the gaps read nothing."""
+    s = _warm_beyond_the_shared_part()
+    frame = replay(
+        [("t", Trace("claude-code", "0" * 64, [s]))],
+        policy.build("as-recorded", {"warm_start": False}),
+    )
+    rows = frame.filter(pl.col("kind") == "request").sort("request")
+    assert rows["cache_read"].to_list() == [0, 3_100, 0, 3_170, 0]

@@ -129,7 +129,8 @@ def naive_replay(session: Session, n: int | None = None) -> list[Row]:
     Mirrors policies/as_recorded.py and simulator/replay.py in what is sent (the inferred
     prefix segments with their unlogged resets, every visible block, stripped thinking
     still sent but not counted), where the markers go, one cache per model with the
-    shared prefix warm in each, and entries used until the response's end; differs only in
+    shared prefix warm in each (and more of it after an idle gap where the recording read
+    more), and entries used until the response's end; differs only in
     rebuilding everything for every request.
     """
     requests = session.requests
@@ -147,8 +148,9 @@ def naive_replay(session: Session, n: int | None = None) -> list[Row]:
     tokens = blocks["tokens"].tolist()
     stripped = (blocks["flags"] & Flag.STRIPPED) != 0
     caches: dict[int, NaiveAnthropicCache] = {}
-    #: Prefixes warm from other sessions: (view, position, since), seeded into every cache.
-    warmed: list[tuple[View, int, int]] = []
+    #: Prefixes warm from other sessions: (view, position, since, ttl), seeded into every
+    #: cache (the shared part for ever; more of the prefix after an idle gap for its TTL).
+    warmed: list[tuple[View, int, int, int]] = []
     rows: list[Row] = []
     for k in range(n):
         prefix.reset(k)
@@ -161,19 +163,24 @@ def naive_replay(session: Session, n: int | None = None) -> list[Row]:
         ):
             view.append(b, hashes[b], tokens[b] if is_counted else 0)
         if k == 0 or prefix.warm_pending:  # the session's start, or a new model's prefix
-            fresh = [(view, p, ts[k]) for p in warm]
+            fresh = [(view, p, ts[k], KEPT_WARM_MS) for p in warm]
             warmed += fresh
             for existing in caches.values():
-                for warm_view, position, since in fresh:
-                    existing.warm(warm_view, position, since, KEPT_WARM_MS)
+                for spec in fresh:
+                    existing.warm(*spec)
         cache = caches.get(models[k])
         if cache is None:
             model = session.models[models[k]]
             cache = caches[models[k]] = NaiveAnthropicCache(
                 facts(model).min_cache_tokens, refresh_at_send=anthropic_refresh_at_send(model)
             )
-            for warm_view, position, since in warmed:
-                cache.warm(warm_view, position, since, KEPT_WARM_MS)
+            for spec in warmed:
+                cache.warm(*spec)
+        for position in prefix.warm_now:  # warm from elsewhere after an idle gap, for its TTL
+            spec = (view, position, ts[k], ttl[k])
+            warmed.append(spec)
+            for existing in caches.values():
+                existing.warm(*spec)
         # The message marker sits at the item boundary nearest to what the recording
         # cached (its context less its uncached input), never inside the prefix.
         last = len(view) - 1
@@ -367,3 +374,24 @@ def test_naive_replay_matches_the_engine_where_entries_live_from_the_send(
     assert chosen is not None, "no 2026 session in ../shared/traces where the rule decides"
     session, rows = chosen
     assert naive_replay(session) == rows, session.id
+
+
+@pytest.mark.shared
+def test_naive_replay_matches_the_engine_where_more_is_warm_after_a_gap(
+    shared_corpus: Callable[[str], Named],
+) -> None:
+    """The twin check on every session of ../shared/traces/claude-code with a read, after
+    an idle gap, of more of the prefix than it found warm at its start (simulator/prefix.py
+    `Prefix.warm_more`), over its first CHECKED requests."""
+    checked = 0
+    for name, trace in shared_corpus("claude-code"):
+        frame: pl.DataFrame | None = None
+        for i, session in enumerate(trace.sessions):
+            more = infer(session, recorded=True).warm_more
+            if not any(k < CHECKED for k in more):
+                continue
+            if frame is None:
+                frame = replay([(name, trace)], policy.build("as-recorded"))
+            assert naive_replay(session, CHECKED) == engine_rows(frame, i)[:CHECKED], session.id
+            checked += 1
+    assert checked, "no session in ../shared/traces with more of the prefix warm after a gap"
