@@ -23,7 +23,6 @@ from simulator.outputs import (
     REQUESTS_FILE,
     SESSIONS_FILE,
     has_loss,
-    overall_summary,
     policy_summary,
 )
 
@@ -110,6 +109,7 @@ SUMMARY_HEADER = (
     "overflows",
     "breaker trips",
     "cost",
+    "vs recorded",
     "cache hit",
     "human kept",
     "summary share",
@@ -118,7 +118,16 @@ SUMMARY_HEADER = (
 )
 
 
-def summary_cells(policy: str, params: str, r: dict[str, Any]) -> list[str]:
+def _versus(cost: float | None, recorded: float | None) -> str:
+    """A policy's dollars against the recording's, as a signed share."""
+    if cost is None or not recorded:
+        return "-"
+    return f"{(cost - recorded) / recorded:+.1%}"
+
+
+def summary_cells(
+    policy: str, params: str, r: dict[str, Any], recorded: float | None = None
+) -> list[str]:
     """One summary row's cells (the figures of simulator/outputs.py SUMMARY_COLUMNS)."""
     return [
         policy,
@@ -129,6 +138,7 @@ def summary_cells(policy: str, params: str, r: dict[str, Any]) -> list[str]:
         _count(r["overflows"]),
         _count(r["breaker_trips"]),
         _dollars(r["cost_total"], r["unpriced_calls"]),
+        _versus(r["cost_total"], recorded),
         _percent(r["cache_hit_ratio"]),
         _percent(r["human_verbatim_share"]),
         _percent(r["summary_share"]),
@@ -137,21 +147,44 @@ def summary_cells(policy: str, params: str, r: dict[str, Any]) -> list[str]:
     ]
 
 
-def _summary_table(requests: pl.DataFrame) -> str:
+def _summary_table(requests: pl.DataFrame, recorded: float | None) -> str:
+    """One row per policy spec (never a sum across policies: each replays the same work)."""
     rows = [
-        summary_cells(r["policy"], r["params_hash"], r)
+        summary_cells(r["policy"], r["params_hash"], r, recorded)
         for r in policy_summary(requests).iter_rows(named=True)
     ]
-    if len(rows) > 1:
-        rows.append(summary_cells("all policies", "", overall_summary(requests)))
     return _table(SUMMARY_HEADER, rows, left=2)
 
 
+def _defaults(name: str) -> dict[str, Any] | None:
+    """The parameters a registered policy is built with by default (None: not registered
+    here, e.g. a run made by another version): what a spec is shown against."""
+    from simulator import policy as registry
+
+    try:
+        return dict(registry.build(name).spec().params)
+    except registry.PolicyError:
+        return None
+
+
 def _policies_table(manifest: dict[str, Any]) -> str:
+    """Each spec with the parameters it sets apart from its policy's defaults (all of them
+    are in manifest.json; `ctxsim policies show NAME` lists the defaults)."""
     rows = []
     for p in manifest["policies"]:
         params = p.get("params", {})
-        text = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(params.items()))
+        base = _defaults(str(p.get("name", "")))
+        shown = params if base is None else {k: v for k, v in params.items() if base.get(k) != v}
+        text = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(shown.items()))
+        if base is not None:
+            same = len(params) - len(shown)
+            if p.get("version") == "matched":
+                lead = "each session under the preset of its recorded version"
+                text = f"{lead}; {text}" if text else lead
+            elif not text:
+                text = f"the defaults ({same} parameters)" if same else "no parameters"
+            else:
+                text += f"; {same} more at their defaults" if same else ""
         name = str(p.get("name", "?"))
         if p.get("variant"):
             name = f"{p['variant']} ({name})"
@@ -309,6 +342,8 @@ def render(
         f"{requests.select('trace', 'session_index').unique().height} session(s)",
         f"{requests.height:,} calls",
     ]
+    if manifest.get("recorded_cost") is not None:
+        facts.append(f"recorded usage priced the same way: ${manifest['recorded_cost']:,.4f}")
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -320,7 +355,7 @@ def render(
         "<h2>Policies</h2>",
         _policies_table(manifest),
         "<h2>Summary</h2>",
-        _summary_table(requests),
+        _summary_table(requests, manifest.get("recorded_cost")),
     ]
     unpriced = int(requests["cost_total"].null_count())
     if unpriced:

@@ -338,6 +338,7 @@ def build_run(
     edit_table = edit_rows(edits) if edits else None
     if edit_table is not None:
         files[EDITS_FILE] = parquet_bytes(edit_table)
+    recorded = recorded_cost(traces)
     manifest: dict[str, Any] = {
         "ctxsim_version": ctxsim_version(),
         "prices": prices_version,
@@ -345,6 +346,8 @@ def build_run(
         "seed": seed,
         "cache": cache,
         "lenient": lenient,
+        #: The recorded usage of the run's traces, priced the same way (null: none logged).
+        "recorded_cost": None if recorded is None else round(recorded, 6),
         "policies": [policy_entry(s) for s in specs],
         "traces": [trace_entry(name, trace) for name, trace in traces],
         "rows": {"requests": requests.height, "sessions": sessions.height}
@@ -352,7 +355,7 @@ def build_run(
         "files": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
     }
     files[MANIFEST_FILE] = json_bytes(manifest)
-    return RunOutputs(requests, sessions, manifest, files, recorded_cost(traces))
+    return RunOutputs(requests, sessions, manifest, files, recorded)
 
 
 def recorded_cost(traces: Sequence[tuple[str, Trace]]) -> float | None:

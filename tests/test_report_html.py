@@ -213,3 +213,27 @@ def test_the_report_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) 
     colors = {color for _, label, color in charts.COMPONENTS if label != "cache write 1h"}
     for color in colors:
         assert painted(color) > 200, color
+
+
+def test_the_report_reads_each_policy_against_the_recording(tmp_path: Path) -> None:
+    """Recorded against simulated per policy, no sum across policies, and a spec shown by
+    what it sets apart from its policy's defaults."""
+    from reports.html import build_report
+    from simulator import api
+
+    samples = Path(__file__).resolve().parents[1] / "traces" / "samples"
+    run = api.replay(
+        api.load([samples], cache=False),
+        ["as-recorded", "claude-code", ("claude-code@2.1.88", {"autocompact.buffer_tokens": "8k"})],
+    )
+    out = api.write(run, tmp_path / "run")
+    html = build_report(out)["report.html"].decode()
+    recorded = run.manifest["recorded_cost"]
+    assert recorded is not None and recorded > 0
+    assert f"recorded usage priced the same way: ${recorded:,.4f}" in html
+    assert "all policies" not in html
+    assert "vs recorded" in html
+    assert "each session under the preset of its recorded version" in html
+    base = len(run.manifest["policies"][2]["params"]) - 1
+    assert f"autocompact.buffer_tokens=8000; {base} more at their defaults" in html
+    assert "the defaults (2 parameters)" in html  # as-recorded
