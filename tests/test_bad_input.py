@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +20,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from simulator.cli import main
-from simulator.model import Kind, Trace
-from traces import jsonl
+from simulator.model import Flag, Kind, Trace
+from traces import bounds, claude_code, codex, jsonl, swe_agent
+from traces import source as source_mod
 from traces.discover import discover
 from traces.errors import TraceError
 from traces.load import load_unit
@@ -53,6 +55,17 @@ CASES = [
     Case("orphan_tool_result.jsonl", 4, "orphan-tool-result", 3),
     Case("binary_garbage.jsonl", 2, "binary-garbage", 3),
     Case("empty.jsonl", 1, "empty-file", 0),
+    # Impossible numbers (issue 17, R02-R07, R10): lenient keeps the request, without usage.
+    Case("implausible_context.jsonl", 5, "implausible-usage", 3),
+    Case("implausible_output.jsonl", 5, "implausible-usage", 3),
+    Case("negative_cache_split.jsonl", 5, "wrong-type", 3),
+    # Times outside 2020-2100 (R06): an assistant line's request is dropped, a user line's
+    # time is not used.
+    Case("year_0001.jsonl", 7, "bad-timestamp", 2),
+    Case("year_3000.jsonl", 6, "bad-timestamp", 3),
+    # A "type" that is a list (R01), and one of 100,000 characters (R08).
+    Case("type_is_a_list.jsonl", 6, "missing-field", 3),
+    Case("type_100k.jsonl", 6, "unknown-type", 3),
 ]
 
 
@@ -327,3 +340,126 @@ def test_line_above_max_line_bytes_is_line_too_long(
     result, out = _import(path, tmp_path / "lenient", monkeypatch, lenient=True)
     assert result.exit_code == 0, result.output
     assert len(list(out.glob("*.ctxt"))) == 1
+
+
+# -- impossible numbers, hostile sizes (issue 17) -----------------------------------------
+
+
+def test_lenient_implausible_usage_keeps_the_request_without_it() -> None:
+    """R02/R07: 3e9 tokens of context or 1e12 of output is no recorded usage; the request
+    stays, sized by the tokenizer, and the corpus sum is that of the other two calls."""
+    control = _load(VALID, lenient=False).sessions[0]
+    for name in ("implausible_context.jsonl", "implausible_output.jsonl"):
+        s = _load(BAD / name, lenient=True).sessions[0]
+        assert s.requests["has_usage"].tolist() == [True, False, True]
+        assert int(s.requests["output"].max()) < 1_000
+        assert int(s.requests["cache_read"][0]) == int(control.requests["cache_read"][0])
+
+
+def test_a_type_that_is_a_list_alone_is_an_unknown_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R01: `{"type": []}` crashed format detection (an unhashable set lookup) in every
+    command, even --lenient."""
+    path = tmp_path / "list_type.jsonl"
+    path.write_text('{"type":[]}\n', encoding="utf-8")
+    for lenient in (False, True):
+        out = tmp_path / f"out{lenient}"
+        out.mkdir()
+        args = ["traces", "import", str(path), "--out", str(out), "--no-cache"]
+        result = _cli(args + (["--lenient"] if lenient else []), tmp_path, monkeypatch)
+        _assert_cli_error(result, out, path.name, 1, "unknown-format")
+
+
+def test_error_lines_quote_at_most_a_clip_of_the_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R08: a 100,000-character type printed a 100 KB error line."""
+    result, _out = _import(BAD / "type_100k.jsonl", tmp_path, monkeypatch, lenient=False)
+    (message,) = result.stderr.splitlines()
+    assert len(message) < 300
+    assert "(100002 chars)" in message  # the quoted repr: 100,000 characters and 2 quotes
+
+
+def test_a_trace_error_is_one_short_line_whatever_its_message() -> None:
+    err = TraceError("f.jsonl", 3, "x", "a\nb" + "c" * 10_000)
+    assert "\n" not in str(err)
+    assert len(str(err)) < 400
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R17: a 6 MB .gz of 6 GiB. With the ratio-free allowance lowered to 1 MiB, 32 MiB of
+    one repeated line (gzip: about 1000 to 1) is refused as too large."""
+    monkeypatch.setattr(source_mod, "GZIP_RATIO_FREE", 1 << 20)
+    line = _valid_lines()[0].encode() + b"\n"
+    data = gzip.compress(line * ((32 << 20) // len(line)), compresslevel=9)
+    assert len(data) * source_mod.MAX_GZIP_RATIO < 32 << 20
+    path = tmp_path / "bomb.jsonl.gz"
+    path.write_bytes(data)
+    with pytest.raises(TraceError) as info:
+        SourceFile(path, path.name).read()
+    assert info.value.category == "too-large"
+    assert str(info.value).startswith("bomb.jsonl.gz: ")
+
+
+def test_a_gzip_file_within_the_ratio_reads_whole(tmp_path: Path) -> None:
+    data = VALID.read_bytes()
+    path = tmp_path / "valid.jsonl.gz"
+    path.write_bytes(gzip.compress(data))
+    assert SourceFile(path, path.name).read() == data
+
+
+def test_one_long_shell_token_is_not_handed_to_shlex() -> None:
+    """shlex is quadratic in a token's length (1.6 MB: 30 s): a line above MAX_SHLEX_CHARS
+    is no simple command, and neither reader splits it."""
+    token = "a" * 1_600_000
+    start = time.monotonic()
+    assert codex.shell_file_access(f"cat {token}") == (Flag.NONE, None)
+    flag, _ = swe_agent.command_file_access(f"open {token}", None)
+    assert flag == Flag.PATH_READ  # split on whitespace instead, in linear time
+    assert time.monotonic() - start < 2
+    # Below the bound the path is still found.
+    assert codex.shell_file_access("cat src/app.py") == (Flag.PATH_READ, "src/app.py")
+
+
+def test_a_time_without_a_zone_is_utc_whatever_the_machine_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """R12: a naive timestamp was read in local time, so the bytes changed with TZ."""
+    seen = set()
+    for tz in ("UTC", "America/Los_Angeles", "Asia/Kolkata"):
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+        seen.add(claude_code.parse_ts("2026-01-01T00:00:00"))
+    monkeypatch.delenv("TZ")
+    time.tzset()
+    assert seen == {1_767_225_600_000}
+
+
+def test_times_outside_2020_2100_are_no_times() -> None:
+    assert claude_code.parse_ts("2019-12-31T23:59:59Z") is None
+    assert claude_code.parse_ts("2020-01-01T00:00:00Z") == bounds.MIN_TS_MS
+    assert claude_code.parse_ts("2100-01-01T00:00:00Z") is None
+    assert codex.parse_ts("0001-01-01T00:00:00Z") is None
+    assert codex.parse_ts("9999-12-31T23:59:59.999999-14:00") is None
+
+
+@pytest.mark.parametrize(
+    ("usage", "why"),
+    [
+        ({"input_tokens": 2**32, "output_tokens": 1}, "exceeds 10000000"),  # R10b
+        ({"input_tokens": 10, "output_tokens": 10**12}, "exceeds 1000000"),
+        ({"input_tokens": 10, "cached_input_tokens": -1, "output_tokens": 1}, "not a token"),
+    ],
+)
+def test_codex_usage_bounds(usage: dict[str, int], why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        codex.usage_from_openai(usage)
+
+
+def test_usage_at_the_bounds_is_accepted() -> None:
+    assert bounds.usage_problem(9_000_000, 1_000_000, 0, 0, 1_000_000) is None
+    assert bounds.usage_problem(9_000_000, 1_000_000, 1, 0, 0) is not None
+    assert bounds.usage_problem(0, 0, -1, 1, 0) is not None

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import zipfile
 from pathlib import Path
 from typing import Any
 
-import hypothesis.extra.numpy as hnp
 import numpy as np
 import numpy.typing as npt
 import orjson
@@ -34,6 +34,7 @@ from simulator.model import (
 )
 from traces import cache as cache_mod
 from traces import compiled
+from traces.bounds import MAX_CONTEXT_TOKENS, MAX_TS_MS, MIN_TS_MS
 from traces.cache import CompileCache, default_root
 from traces.errors import TraceError
 
@@ -90,7 +91,11 @@ def _session(n_blocks: int, n_requests: int, *, seed: int = 0, sid: str = "s") -
         models=["claude-sonnet-4-5-20250929"],
         blocks=block_columns(blocks),
         requests=request_columns(requests),
-        events=[CompactionEvent(3, "auto", 167_000, 7, 1_700_000_000_500)],
+        events=[
+            CompactionEvent(
+                min(3, n_requests), "auto", 167_000, 7 if n_blocks > 7 else -1, 1_700_000_000_500
+            )
+        ],
     )
 
 
@@ -175,10 +180,11 @@ def test_round_trip_only_empty_sessions() -> None:
 def test_extreme_values_round_trip() -> None:
     s = _session(3, 2)
     s.blocks.data["hash"][:] = [0, 2**63, 2**64 - 1]
-    s.blocks.data["ts"][:] = [np.iinfo(np.int64).min, 0, np.iinfo(np.int64).max]
+    # Block times: 0 (a line without a time) and the bounds of traces/bounds.py.
+    s.blocks.data["ts"][:] = [MIN_TS_MS, 0, MAX_TS_MS]
     s.blocks.data["kind"][:] = 255
-    s.events = [CompactionEvent(-1, "unknown", -1, -1, -(2**63)), CompactionEvent(0, "", 0, 0, 0)]
-    s.prefix_tokens = 2**63 - 1
+    s.events = [CompactionEvent(0, "unknown", -1, -1, -(2**63)), CompactionEvent(0, "", 0, 0, 0)]
+    s.prefix_tokens = MAX_CONTEXT_TOKENS
     s.id, s.client, s.tools = "sé/ss\0ion ✓", "cl\u200bient", ["mcp__x__y", "", "Read"]
     _assert_same(_trace(s), compiled.from_bytes(compiled.to_bytes(_trace(s))))
 
@@ -258,41 +264,90 @@ _text = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
 _i64 = st.integers(-(2**63), 2**63 - 1)
 
 
+def _ints(lo: int, hi: int, *also: int) -> st.SearchStrategy[int]:
+    """Integers in [lo, hi] (shrinking towards the ends too) or one of `also`."""
+    return st.one_of(st.integers(lo, hi), st.sampled_from([lo, hi, *also]))
+
+
 @st.composite
-def _columns(draw: st.DrawFn, schema: dict[str, Any]) -> dict[str, np.ndarray[Any, Any]]:
-    n = draw(st.integers(0, 12))
-    return {name: draw(hnp.arrays(np.dtype(dtype), n)) for name, dtype in schema.items()}
+def _sessions(draw: st.DrawFn) -> Session:
+    """A session whose every value lies in the range a reader can write (traces/bounds.py:
+    10M tokens of context, 1M of output, times in 2020-2100; indices within their tables):
+    the loader must give such a session back unchanged."""
+    n, m = draw(st.integers(0, 12)), draw(st.integers(0, 6))
+    tools = draw(st.lists(_text, max_size=4))
+    models = draw(st.lists(_text, min_size=1 if m else 0, max_size=3))
+    t, k = len(tools), len(models)
+
+    def col(dtype: Any, values: st.SearchStrategy[int], size: int) -> npt.NDArray[Any]:
+        return np.array(draw(st.lists(values, min_size=size, max_size=size)), dtype=dtype)
+
+    u8, u64 = st.integers(0, 255), st.integers(0, 2**64 - 1)
+    blocks = {
+        "msg": col(np.int32, _ints(0, max(n - 1, 0)), n),
+        "kind": col(np.uint8, u8, n),
+        "role": col(np.uint8, u8, n),
+        "tool": col(np.int32, _ints(-1, t - 1), n),
+        "link": col(np.int32, _ints(-1, n - 1), n),
+        "tokens_raw": col(np.int32, _ints(0, 10_000_000), n),
+        "tokens": col(np.int32, _ints(0, 10_000_000), n),
+        "chars": col(np.int32, _ints(0, 2**31 - 1), n),
+        "hash": col(np.uint64, u64, n),
+        "ts": col(np.int64, _ints(MIN_TS_MS, MAX_TS_MS, 0), n),
+        "first_request": col(np.int32, _ints(0, m), n),
+        "hidden_from": col(np.int32, _ints(0, m, NEVER), n),
+        "compacted_at": col(np.int32, _ints(0, m, NEVER), n),
+        "origin": col(np.int32, _ints(-1, m - 1), n),
+        "flags": col(np.uint8, u8, n),
+        "path_hash": col(np.uint64, u64, n),
+        "file_tokens": col(np.int32, _ints(-1, 10_000_000), n),
+    }
+    ts = col(np.int64, _ints(MIN_TS_MS, MAX_TS_MS - 10**9), m)
+    requests = {
+        "ts": ts,
+        "ts_end": ts + col(np.int64, _ints(0, 10**9), m),
+        "model": col(np.int32, _ints(0, max(k - 1, 0)), m),
+        "has_usage": col(np.bool_, st.booleans(), m),
+        **{
+            name: col(np.int64, _ints(0, 2_500_000), m)
+            for name in ("input", "cache_read", "cache_write_5m", "cache_write_1h")
+        },
+        "output": col(np.int64, _ints(0, 1_000_000), m),
+        "output_recorded": col(np.int64, _ints(0, 1_000_000), m),
+        "prefix": col(np.int64, _ints(-1, 10_000_000), m),
+    }
+    events = draw(
+        st.lists(
+            st.builds(
+                CompactionEvent,
+                request=_ints(0, m),
+                trigger=st.sampled_from(["auto", "manual", "unknown"]) | _text,
+                pre_tokens=_i64,
+                summary_block=_ints(-1, n - 1),
+                ts=_i64,
+            ),
+            max_size=3,
+        )
+    )
+    return Session(
+        id=draw(_text),
+        kind=draw(st.sampled_from(["main", "subagent", "compaction"])),
+        parent=draw(st.integers(-1, 5)),
+        client=draw(_text),
+        prefix_tokens=draw(_ints(0, 10_000_000)),
+        tools=tools,
+        models=models,
+        blocks=block_columns(blocks),
+        requests=request_columns(requests),
+        events=events,
+    )
 
 
-_events = st.lists(
-    st.builds(
-        CompactionEvent,
-        request=_i64,
-        trigger=st.sampled_from(["auto", "manual", "unknown"]) | _text,
-        pre_tokens=_i64,
-        summary_block=_i64,
-        ts=_i64,
-    ),
-    max_size=3,
-)
-_sessions = st.builds(
-    Session,
-    id=_text,
-    kind=st.sampled_from(["main", "subagent", "compaction"]),
-    parent=st.integers(-1, 5),
-    client=_text,
-    prefix_tokens=_i64,
-    tools=st.lists(_text, max_size=4),
-    models=st.lists(_text, max_size=3),
-    blocks=_columns(BLOCK_COLUMNS).map(block_columns),
-    requests=_columns(REQUEST_COLUMNS).map(request_columns),
-    events=_events,
-)
 _traces = st.builds(
     Trace,
     format=st.sampled_from(["claude-code", "codex", "swe-agent"]),
     source_digest=st.text("0123456789abcdef", min_size=64, max_size=64),
-    sessions=st.lists(_sessions, max_size=4),
+    sessions=st.lists(_sessions(), max_size=4),
     skipped=st.dictionaries(_text, st.integers(0, 2**40), max_size=3),
     skipped_at=st.lists(_text, max_size=3),
     stats=st.dictionaries(_text, _i64, max_size=3),
@@ -725,3 +780,91 @@ def test_benchmark_read_100k_blocks(benchmark: Any, tmp_path: Path) -> None:
     compiled.write(trace, path)
     back = benchmark(compiled.read, path)
     assert back.equals(trace)
+
+
+# -- crafted values (issue 17: 76 tracebacks, 23 silently wrong results) ------------------
+
+
+def _with_value(data: bytes, entry: str, column: str, value: int) -> bytes:
+    """The archive with row 0 (session 0) of `column` in `entry` set to `value`."""
+    table = pq.read_table(pa.BufferReader(zipfile.ZipFile(io.BytesIO(data)).read(entry)))
+    values = table.column(column).to_numpy().copy()
+    values[0] = value
+    i = table.schema.get_field_index(column)
+    table = table.set_column(i, column, pa.array(values, type=table.schema.field(column).type))
+    return _rezip(data, {entry: _parquet(table)})
+
+
+@pytest.mark.parametrize(
+    ("entry", "column", "value", "name"),
+    [
+        ("blocks.parquet", "tokens", -1, "block tokens"),
+        ("blocks.parquet", "tokens", 2**31 - 1, "block tokens"),  # R10: a wrapped count
+        ("blocks.parquet", "tokens_raw", -5, "block tokens_raw"),
+        ("blocks.parquet", "tool", 3, "block tool"),  # _sample has 3 tools
+        ("blocks.parquet", "link", 40, "block link"),  # session 0 has 40 blocks
+        ("blocks.parquet", "first_request", 9, "block first_request"),  # 8 requests
+        ("blocks.parquet", "hidden_from", -3, "block hidden_from"),
+        ("blocks.parquet", "origin", 8, "block origin"),
+        ("blocks.parquet", "ts", -62_135_596_800_000, "block ts"),  # year 0001
+        ("requests.parquet", "input", -1, "request input"),
+        ("requests.parquet", "cache_write_5m", -1_000_000, "request cache_write_5m"),  # R03b
+        ("requests.parquet", "cache_read", 2**62, "request cache_read"),  # R05b
+        ("requests.parquet", "output", 10**12, "request output"),  # R07
+        ("requests.parquet", "model", 1, "request model"),  # one model
+        ("requests.parquet", "ts", 32_503_680_000_000, "request ts"),  # year 3000
+        ("requests.parquet", "prefix", -2, "request prefix"),
+    ],
+)
+def test_crafted_out_of_range_values_are_refused(
+    entry: str, column: str, value: int, name: str
+) -> None:
+    data = _with_value(compiled.to_bytes(_sample()), entry, column, value)
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(data, "crafted.ctxt")
+    assert info.value.category == "compiled-corrupt"
+    assert str(info.value) == f"crafted.ctxt: session 0: {name} out of range [compiled-corrupt]"
+
+
+def test_a_context_split_above_the_bound_is_refused() -> None:
+    """Each split within 10M, their sum above it: no request sent that."""
+    data = compiled.to_bytes(_sample())
+    for column in ("input", "cache_read", "cache_write_5m"):
+        data = _with_value(data, "requests.parquet", column, 4_000_000)
+    with pytest.raises(TraceError, match="request context out of range"):
+        compiled.from_bytes(data, "crafted.ctxt")
+
+
+def test_an_event_past_the_requests_is_refused() -> None:
+    data = compiled.to_bytes(_sample())
+    meta = _meta(data)
+    meta["sessions"][0]["events"][0]["request"] = 9
+    raw = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)
+    with pytest.raises(TraceError, match="compaction event index out of range"):
+        compiled.from_bytes(_rezip(data, {"meta.json": raw}), "crafted.ctxt")
+
+
+def test_a_count_beyond_int64_in_meta_is_a_schema_error() -> None:
+    data = compiled.to_bytes(_sample())
+    meta = _meta(data)
+    meta["sessions"][0]["n_requests"] = 2**64
+    raw = json.dumps(meta, sort_keys=True).encode()  # orjson cannot write 2^64
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(_rezip(data, {"meta.json": raw}), "crafted.ctxt")
+    assert info.value.category == "compiled-schema"
+
+
+def test_a_table_that_decodes_far_beyond_its_size_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A crafted 1 MB file decoded to 2.1 GB. 200,000 blocks of constant columns store in
+    a few KB; with the free allowance lowered to 1 MiB their 14 MB decode is refused."""
+    monkeypatch.setattr(compiled, "_DECODE_FREE", 1 << 20)
+    n = 200_000
+    blocks = {name: np.zeros(n, dtype=dtype) for name, dtype in BLOCK_COLUMNS.items()}
+    blocks["ts"][:] = 1_700_000_000_000
+    session = Session("s", "main", -1, "c", 0, [], [], blocks=block_columns(blocks))
+    data = compiled.to_bytes(_trace(session))
+    assert len(data) * 64 < n * 60
+    with pytest.raises(TraceError, match="would decode to"):
+        compiled.from_bytes(data, "bomb.ctxt")

@@ -37,6 +37,7 @@ from simulator.model import (
     Session,
     Trace,
 )
+from traces.bounds import MAX_CONTEXT_TOKENS
 from traces.errors import Problems
 from traces.source import ImportUnit
 from traces.tokens import count_tokens
@@ -228,6 +229,12 @@ class SessionBuilder:
         the file after an Edit); `file_scale` marks a block that shows a file, wholly or in
         part (a Read result): the file's size is the block's own tokens times the scale.
         """
+        if tokens is not None and not 0 <= tokens <= MAX_CONTEXT_TOKENS:
+            tokens = None  # no block outsizes a request's context: the tokenizer counts it
+        if not -1 <= file_tokens <= MAX_CONTEXT_TOKENS:
+            file_tokens = -1  # a file larger than any context is an unknown size
+        if file_scale is not None and not 0 <= file_scale <= MAX_CONTEXT_TOKENS:
+            file_scale = None
         rows = self._rows
         if rows and first_request < rows[-1][8]:
             raise ValueError("blocks must be added in non-decreasing first_request order")
@@ -344,7 +351,8 @@ class SessionBuilder:
                 cache[h] = count
             raw[i] = count
         for i, scale in self._file_scale:
-            blocks["file_tokens"][i] = round(int(raw[i]) * scale)
+            size = round(int(raw[i]) * scale)
+            blocks["file_tokens"][i] = size if size <= MAX_CONTEXT_TOKENS else -1
         link = np.full(n, -1, dtype=np.int32)
         for result, use_id in self._links:
             use = self._uses.get(use_id)

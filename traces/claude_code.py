@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from simulator.model import CompactionEvent, Flag, Kind, Role, Session, Trace
+from traces.bounds import quoted, ts_in_range, usage_problem
 from traces.builder import (
     IMAGE_TOKENS,
     Hasher,
@@ -120,14 +121,24 @@ _PARENT_RE = re.compile(rb'"parentUuid"\s*:\s*"([^"]+)"')
 _SIDECHAIN_RE = re.compile(rb'"isSidechain"\s*:\s*true')
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def parse_ts(value: Any) -> int | None:
-    """ISO-8601 timestamp to milliseconds since the epoch (None when absent or invalid)."""
-    if not isinstance(value, str):
+    """ISO-8601 timestamp to milliseconds since the epoch (None when absent, invalid or
+    outside the plausible range of traces/bounds.py). A time without a zone is UTC, never the
+    machine's zone: the compiled bytes must not change with TZ (issue 17, R12)."""
+    if not isinstance(value, str) or len(value) > 64:
         return None
     try:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        ms = int(dt.timestamp() * 1000)
+    except (ValueError, OverflowError):
         return None
+    return ms if ts_in_range(ms) else None
 
 
 @dataclass
@@ -218,15 +229,17 @@ class _FileReader:
         this reader cannot place) is a problem (`unknown-type`).
         """
         kind = obj.get("type")
+        if not isinstance(kind, str):  # a list or object is no type (and is unhashable: R01)
+            kind = None
         if kind in TREE_TYPES:
             self._tree_node(lineno, obj, str(kind), pass_through=False)
             return
         listed = kind in METADATA_TYPES
         if not listed and isinstance(obj.get("message"), dict):
             if not isinstance(kind, str):
-                self._report(lineno, "missing-field", "entry has no 'type'")
+                self._report(lineno, "missing-field", "entry has no string 'type'")
             else:
-                self._report(lineno, "unknown-type", f"unknown entry type {kind!r}")
+                self._report(lineno, "unknown-type", f"unknown entry type {quoted(kind)}")
             return
         self.stats["lines_metadata"] += 1
         if not listed:
@@ -256,6 +269,9 @@ class _FileReader:
         sidechain = bool(obj.get("isSidechain")) or self.whole_sidechain
         node = _Node(uuid, parent, lineno, kind, sidechain, None if pass_through else obj)
         node.ts = parse_ts(obj.get("timestamp"))
+        bad_time = node.ts is None and isinstance(obj.get("timestamp"), str)
+        if bad_time and not pass_through and kind != "assistant":  # (assistant: below)
+            self._report(lineno, "bad-timestamp", "timestamp is not an ISO-8601 time in 2020-2100")
         if kind == "system" and obj.get("subtype") == "compact_boundary":
             node.compaction_root = True
             lp = obj.get("logicalParentUuid")
@@ -292,8 +308,10 @@ class _FileReader:
         if req is None:
             line_ts = node.ts
             if line_ts is None:
-                self._report(lineno, "wrong-type", "assistant line has no valid timestamp")
-                line_ts = 0
+                self._report(
+                    lineno, "bad-timestamp", "assistant line has no timestamp in 2020-2100"
+                )
+                return False
             # The line is written as the response streams; the request left when the line
             # before it (the prompt or tool result it answers) was written.
             parent = self.nodes.get(node.parent) if node.parent else None
@@ -330,7 +348,7 @@ class _FileReader:
             if v is None:
                 v = 0
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                self._report(lineno, "wrong-type", f"usage.{name} is not a count: {v!r}")
+                self._report(lineno, "wrong-type", f"usage.{name} is not a count: {quoted(v)}")
                 return None
             values[name] = v
         created = values["cache_creation_input_tokens"]
@@ -339,8 +357,21 @@ class _FileReader:
         if isinstance(split, dict):
             a = split.get("ephemeral_5m_input_tokens", 0) or 0
             b = split.get("ephemeral_1h_input_tokens", 0) or 0
-            if isinstance(a, int) and isinstance(b, int) and a + b == created:
+            if not _is_count(a) or not _is_count(b):
+                self._report(lineno, "wrong-type", "usage.cache_creation split is not two counts")
+                return None
+            if a + b == created:
                 w5, w1 = a, b
+        problem = usage_problem(
+            values["input_tokens"],
+            values["cache_read_input_tokens"],
+            w5,
+            w1,
+            values["output_tokens"],
+        )
+        if problem is not None:
+            self._report(lineno, "implausible-usage", problem)
+            return None
         return RecordedUsage(
             values["input_tokens"],
             values["cache_read_input_tokens"],

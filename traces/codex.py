@@ -116,6 +116,13 @@ from typing import Any
 import orjson
 
 from simulator.model import CompactionEvent, Flag, Kind, Role, Session, Trace
+from traces.bounds import (
+    MAX_CONTEXT_TOKENS,
+    MAX_SHLEX_CHARS,
+    quoted,
+    ts_in_range,
+    usage_problem,
+)
 from traces.builder import (
     IMAGE_TOKENS,
     Hasher,
@@ -217,11 +224,14 @@ def usage_from_openai(usage: Mapping[str, Any]) -> RecordedUsage:
         if v is None and key == "cached_input_tokens":
             v = 0
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"{key} is not a token count: {v!r}")
+            raise ValueError(f"{key} is not a token count: {quoted(v)}")
         values[key] = v
     cached = values["cached_input_tokens"]
     if cached > values["input_tokens"]:
         raise ValueError("cached_input_tokens exceeds input_tokens")
+    problem = usage_problem(values["input_tokens"] - cached, cached, 0, 0, values["output_tokens"])
+    if problem is not None:
+        raise ValueError(problem)
     return RecordedUsage(
         input=values["input_tokens"] - cached,
         cache_read=cached,
@@ -261,16 +271,18 @@ def joined_entries(raw: bytes) -> list[Any] | None:
 
 
 def parse_ts(value: Any) -> int | None:
-    """ISO-8601 timestamp to milliseconds since the epoch, UTC (None when invalid)."""
-    if not isinstance(value, str):
+    """ISO-8601 timestamp to milliseconds since the epoch, UTC (None when invalid or outside
+    the plausible range of traces/bounds.py)."""
+    if not isinstance(value, str) or len(value) > 64:
         return None
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        if dt.tzinfo is None:  # a naive time is taken as UTC, never as the machine's zone
+            dt = dt.replace(tzinfo=UTC)
+        ms = int(dt.timestamp() * 1000)
+    except (ValueError, OverflowError):
         return None
-    if dt.tzinfo is None:  # a naive time is taken as UTC, never as the machine's zone
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
+    return ms if ts_in_range(ms) else None
 
 
 # -- file access of tool calls (best effort) ----------------------------------------------
@@ -283,6 +295,8 @@ def patch_path(patch: str) -> str | None:
 
 
 def _tokens(line: str, *, powershell: bool) -> list[str]:
+    if len(line) > MAX_SHLEX_CHARS:  # shlex is quadratic in one token's length (issue 17)
+        return []
     try:
         if powershell:
             return [t.strip("'\"") for t in shlex.split(line, posix=False)]
@@ -576,7 +590,7 @@ class _RolloutReader:
             raise _BadLine("missing-field", "entry has no 'timestamp'")
         ts = parse_ts(obj["timestamp"])
         if ts is None:
-            raise _BadLine("wrong-type", "'timestamp' is not an ISO-8601 time")
+            raise _BadLine("wrong-type", "'timestamp' is not an ISO-8601 time in 2020-2100")
         if kind == "session_meta":
             self._session_meta(payload)
         elif kind == "turn_context":
@@ -734,6 +748,10 @@ class _RolloutReader:
         window = _count(value)
         if not window:
             return
+        if window > MAX_CONTEXT_TOKENS:
+            raise _BadLine(
+                "implausible-usage", f"model_context_window {window} exceeds any model's"
+            )
         model = self.model or "unknown"
         self.windows.setdefault(model, window)
         if self.window_last.setdefault(model, window) != window:
@@ -762,6 +780,9 @@ class _RolloutReader:
         except ValueError as exc:
             raise _BadLine("wrong-type", f"last_token_usage: {exc}") from None
         reasoning = _count(last.get("reasoning_output_tokens"))
+        if reasoning is not None and reasoning > usage.output:
+            # Reasoning is part of the output: more of it than output is no count.
+            raise _BadLine("implausible-usage", "reasoning_output_tokens exceeds output_tokens")
         if key == self.last_total:
             self.stats["token_counts_repeated"] += 1
             return

@@ -36,12 +36,14 @@ import pyarrow.parquet as pq
 
 from simulator.model import (
     BLOCK_COLUMNS,
+    NEVER,
     REQUEST_COLUMNS,
     Columns,
     CompactionEvent,
     Session,
     Trace,
 )
+from traces.bounds import MAX_CONTEXT_TOKENS, MAX_OUTPUT_TOKENS, MAX_TS_MS, clip
 from traces.errors import TraceError
 
 FORMAT_NAME = "ctxsim compiled trace"
@@ -62,6 +64,12 @@ SCHEMA = "compiled-schema"
 CORRUPT = "compiled-corrupt"
 UNREADABLE = "unreadable"
 
+#: Decoding limit of a table: at most _MAX_DECODE_RATIO times its stored size, beyond the
+#: first _DECODE_FREE bytes. ctxsim's own tables decode to 0.5-2.1 times their size (the
+#: samples; the random 8-byte block hash keeps zstd from doing better); a crafted 1 MB file
+#: of constant columns decoded to 2.1 GB (issue 17).
+_MAX_DECODE_RATIO = 64
+_DECODE_FREE = 64 << 20
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _LOCAL_HEADER = b"PK\x03\x04"
 _EMPTY_ZIP = b"PK\x05\x06"
@@ -295,6 +303,10 @@ def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> 
         )
         for s, b, r in zip(sessions_meta, blocks, requests, strict=True)
     ]
+    for i, session in enumerate(sessions):
+        problem = _value_problem(session)
+        if problem is not None:
+            raise TraceError(label, 0, CORRUPT, f"session {i}: {problem}")
     return Trace(
         format=meta["trace_format"],
         source_digest=meta["source_digest"],
@@ -309,9 +321,9 @@ def _unzip(data: bytes, label: str) -> dict[str, bytes]:
     looks_zip = data[:4] in (_LOCAL_HEADER, _EMPTY_ZIP)
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
         if looks_zip:
-            raise TraceError(label, 0, CORRUPT, f"damaged zip archive: {exc}") from None
+            raise TraceError(label, 0, CORRUPT, f"damaged zip archive: {clip(str(exc))}") from None
         raise TraceError(
             label, 0, NOT_COMPILED, "not a ctxsim compiled trace (not a zip archive)"
         ) from None
@@ -322,6 +334,9 @@ def _unzip(data: bytes, label: str) -> dict[str, bytes]:
             raise TraceError(label, 0, MISSING_ENTRY, f"compiled trace lacks {', '.join(missing)}")
         out: dict[str, bytes] = {}
         for name in ENTRIES:
+            size = zf.getinfo(name).file_size
+            if size > max(_DECODE_FREE, _MAX_DECODE_RATIO * len(data)):
+                raise TraceError(label, 0, CORRUPT, f"{name} would extract to {size} bytes")
             try:
                 out[name] = zf.read(name)
             except (
@@ -333,7 +348,9 @@ def _unzip(data: bytes, label: str) -> dict[str, bytes]:
                 RuntimeError,
                 ValueError,
             ) as exc:
-                raise TraceError(label, 0, CORRUPT, f"cannot extract {name}: {exc}") from None
+                raise TraceError(
+                    label, 0, CORRUPT, f"cannot extract {name}: {clip(str(exc))}"
+                ) from None
     return out
 
 
@@ -352,8 +369,8 @@ def _get(obj: dict[str, Any], key: str, where: str, label: str) -> Any:
 
 def _int(obj: dict[str, Any], key: str, where: str, label: str) -> int:
     value = _get(obj, key, where, label)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _fail(label, f"{where}{key} must be an integer")
+    if not isinstance(value, int) or isinstance(value, bool) or not -(2**63) <= value < 2**63:
+        raise _fail(label, f"{where}{key} must be an integer (64-bit)")
     return value
 
 
@@ -485,8 +502,10 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
             "n_requests": _int(s, "n_requests", where, label),
             "context_windows": _context_windows(s, where, label),
         }
-        if session["n_blocks"] < 0 or session["n_requests"] < 0:
-            raise _fail(label, f"{where}n_blocks and n_requests must not be negative")
+        if not (0 <= session["n_blocks"] < 2**31 and 0 <= session["n_requests"] < 2**31):
+            raise _fail(
+                label, f"{where}n_blocks and n_requests must not be negative nor reach 2^31"
+            )
         sessions.append(session)
     out["sessions"] = sessions
     return out
@@ -504,9 +523,21 @@ def _read_table(
         # thread pool can abort the interpreter at exit (apache/arrow#34314; seen here
         # in about 2% of runs with polars loaded). ParquetFile also skips the dataset
         # layer, which costs ~1 ms per call on small tables.
-        table = pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False)
+        pf = pq.ParquetFile(pa.BufferReader(raw))
+        rows = pf.metadata.num_rows
+        width = sum(f.type.bit_width // 8 for f in schema)
+        limit = max(_DECODE_FREE, _MAX_DECODE_RATIO * len(raw))
+        if rows * width > limit:
+            raise TraceError(
+                label, 0, CORRUPT, f"{entry} of {len(raw)} bytes would decode to {rows * width}"
+            )
+        table = pf.read(use_threads=False)
+    except TraceError:
+        raise
     except Exception as exc:  # pyarrow raises many types for a damaged file
-        raise TraceError(label, 0, CORRUPT, f"{entry} is not readable Parquet: {exc}") from None
+        raise TraceError(
+            label, 0, CORRUPT, f"{entry} is not readable Parquet: {clip(str(exc))}"
+        ) from None
     _check_schema(table.schema, schema, entry, label)
     total = int(counts.sum())
     if table.num_rows != total:
@@ -537,6 +568,68 @@ def _read_table(
         {name: a[offsets[i] : offsets[i + 1]] for name, a in arrays.items()}
         for i in range(len(counts))
     ]
+
+
+def _outside(a: npt.NDArray[Any], lo: int, hi: int, *also: int) -> bool:
+    """Whether any value of `a` lies outside [lo, hi] and is none of `also`."""
+    if not len(a):
+        return False
+    bad = (a < lo) | (a > hi)
+    for v in also:
+        bad &= a != v
+    return bool(bad.any())
+
+
+def _value_problem(session: Session) -> str | None:
+    """Why a session's columns hold impossible values, or None.
+
+    The schema check proves types only; a crafted or damaged file can still hold a negative
+    size, an index past its table or a year-3000 time, which would crash a policy or price
+    an impossible call (issue 17: 76 tracebacks, 23 wrong results from crafted files). The
+    bounds are the readers' (traces/bounds.py), so every file ctxsim wrote passes them;
+    times only from 0, not MIN_TS_MS: SWE-agent trajectories and synthetic sessions run on a
+    clock that starts at the epoch (traces/swe_agent.py).
+    """
+    b, r = session.blocks.data, session.requests.data
+    n_blocks, n_req = len(b["tokens"]), len(r["ts"])
+    n_tools, n_models = len(session.tools), len(session.models)
+    checks: list[tuple[str, bool]] = [
+        ("block tokens", _outside(b["tokens"], 0, MAX_CONTEXT_TOKENS)),
+        ("block tokens_raw", _outside(b["tokens_raw"], 0, MAX_CONTEXT_TOKENS)),
+        ("block chars", _outside(b["chars"], 0, np.iinfo(np.int32).max)),
+        ("block msg", _outside(b["msg"], 0, max(n_blocks - 1, 0))),
+        ("block tool", _outside(b["tool"], -1, n_tools - 1)),
+        ("block link", _outside(b["link"], -1, n_blocks - 1)),
+        ("block first_request", _outside(b["first_request"], 0, n_req)),
+        ("block hidden_from", _outside(b["hidden_from"], 0, n_req, NEVER)),
+        ("block compacted_at", _outside(b["compacted_at"], 0, n_req, NEVER)),
+        ("block origin", _outside(b["origin"], -1, n_req - 1)),
+        ("block file_tokens", _outside(b["file_tokens"], -1, MAX_CONTEXT_TOKENS)),
+        ("block ts", _outside(b["ts"], 0, MAX_TS_MS)),
+        ("request model", _outside(r["model"], 0, n_models - 1)),
+        ("request ts", _outside(r["ts"], 0, MAX_TS_MS)),
+        ("request ts_end", _outside(r["ts_end"], 0, MAX_TS_MS)),
+        ("request output", _outside(r["output"], 0, MAX_OUTPUT_TOKENS)),
+        ("request output_recorded", _outside(r["output_recorded"], 0, MAX_OUTPUT_TOKENS)),
+        ("request prefix", _outside(r["prefix"], -1, MAX_CONTEXT_TOKENS)),
+    ]
+    for name in ("input", "cache_read", "cache_write_5m", "cache_write_1h"):
+        checks.append((f"request {name}", _outside(r[name], 0, MAX_CONTEXT_TOKENS)))
+    for name, bad in checks:
+        if bad:
+            return f"{name} out of range"
+    if n_req:
+        context = r["input"] + r["cache_read"] + r["cache_write_5m"] + r["cache_write_1h"]
+        if int(context.max()) > MAX_CONTEXT_TOKENS:
+            return "request context out of range"
+        if bool((r["ts_end"] < r["ts"]).any()):
+            return "request ts_end before ts"
+    if not 0 <= session.prefix_tokens <= MAX_CONTEXT_TOKENS:
+        return "prefix_tokens out of range"
+    for e in session.events:
+        if not 0 <= e.request <= n_req or not -1 <= e.summary_block < n_blocks:
+            return "compaction event index out of range"
+    return None
 
 
 def _check_schema(actual: pa.Schema, expected: pa.Schema, entry: str, label: str) -> None:

@@ -107,6 +107,8 @@ def detect(f: SourceFile) -> str:
         if not isinstance(obj, dict):
             continue
         kind = obj.get("type")
+        if not isinstance(kind, str):  # a list is unhashable (issue 17, R01)
+            kind = None
         if "payload" in obj and kind in CODEX_TYPES:
             return "codex"
         if CLAUDE_KEYS & obj.keys() or kind in CLAUDE_TYPES:

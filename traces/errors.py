@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: Longest message a TraceError carries (issue 17: a 100 KB type value printed 100 KB).
+MAX_MESSAGE_CHARS = 300
+
 
 class TraceError(Exception):
     """A problem in a source trace, located by file label and 1-based line number."""
@@ -12,6 +15,9 @@ class TraceError(Exception):
         self.file = file
         self.line = line
         self.category = category
+        if len(message) > MAX_MESSAGE_CHARS:  # one line, whatever the input quoted into it
+            message = message[:MAX_MESSAGE_CHARS] + "..."
+        message = message.replace("\n", " ").replace("\r", " ")
         self.message = message
         where = f"{file}:{line}" if line > 0 else file
         super().__init__(f"{where}: {message} [{category}]")

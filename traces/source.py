@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from traces.bounds import clip
 from traces.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
+#: Largest source file read, plain or decompressed: 20 times the largest transcript in
+#: ../shared/traces (under 50 MB), and under the int32 reach of the `chars` column.
+MAX_SOURCE_BYTES = 1 << 30
+#: Expansion allowed of a gzip file: JSONL transcripts compress 5-20x; gzip's own ceiling
+#: is about 1030x, reached only by crafted repetition.
+MAX_GZIP_RATIO = 200
+#: Output below which no ratio is checked (a small file of repeated lines is no bomb).
+GZIP_RATIO_FREE = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -28,17 +38,41 @@ class SourceFile:
     def read(self) -> bytes:
         """The file's bytes, gunzipped when it is gzip (by content, not by name)."""
         try:
+            size = self.path.stat().st_size
+            if size > MAX_SOURCE_BYTES:
+                raise TraceError(
+                    self.label, 0, "too-large", f"file of {size} bytes exceeds {MAX_SOURCE_BYTES}"
+                )
             data = self.path.read_bytes()
         except OSError as exc:
             raise TraceError(
                 self.label, 0, "unreadable", f"cannot read file: {exc.strerror}"
             ) from exc
         if data[:2] == GZIP_MAGIC:
-            try:
-                return gzip.decompress(data)
-            except (OSError, EOFError, zlib.error) as exc:
-                raise TraceError(self.label, 0, "bad-gzip", f"corrupt gzip data: {exc}") from exc
+            return gunzip(data, self.label)
         return data
+
+
+def gunzip(data: bytes, label: str) -> bytes:
+    """`data` decompressed, read in chunks so that a bomb is refused before it fills memory:
+    at most MAX_SOURCE_BYTES, and at most MAX_GZIP_RATIO times the compressed size beyond
+    the first GZIP_RATIO_FREE bytes (issue 17, R17: a 6 MB .gz of 6 GiB)."""
+    limit = min(MAX_SOURCE_BYTES, max(GZIP_RATIO_FREE, MAX_GZIP_RATIO * len(data)))
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+            while chunk := fh.read(1 << 20):
+                out += chunk
+                if len(out) > limit:
+                    raise TraceError(
+                        label,
+                        0,
+                        "too-large",
+                        f"gzip data expands beyond {limit} bytes (a decompression bomb?)",
+                    )
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceError(label, 0, "bad-gzip", f"corrupt gzip data: {clip(str(exc))}") from exc
+    return bytes(out)
 
 
 @dataclass

@@ -50,6 +50,7 @@ from typing import Any
 import orjson
 
 from simulator.model import Flag, Kind, Role, Session, Trace
+from traces.bounds import MAX_SHLEX_CHARS
 from traces.builder import (
     IMAGE_TOKENS,
     Hasher,
@@ -115,6 +116,8 @@ def command_file_access(command: str, open_file: str | None) -> tuple[Flag, str 
     """File read or written by a SWE-agent command (see the module docstring)."""
     first = command.strip().split("\n", 1)[0]
     try:
+        if len(first) > MAX_SHLEX_CHARS:  # shlex is quadratic in one token's length
+            raise ValueError("line too long for shlex")
         words = shlex.split(first)
     except ValueError:
         words = first.split()
@@ -283,7 +286,7 @@ class _TrajReader:
             elif stats:
                 for key in ("api_calls", "tokens_sent", "tokens_received"):
                     v = stats.get(key)
-                    if isinstance(v, int) and not isinstance(v, bool):
+                    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53:
                         self.stats[f"model_{key}"] = v
         config = doc.get("replay_config")
         if isinstance(config, str):
