@@ -25,7 +25,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/ctxsim traces import traces/samples --out out/demo/compiled
 	$(BIN)/ctxsim traces stats traces/samples --parquet out/demo/stats.parquet
-	$(BIN)/ctxsim run traces/samples --out out/demo/run
+	$(BIN)/ctxsim run traces/samples --out out/demo/run --policy claude-code \
+	    --policy policies/variants/cc-buffer-8k.toml --policy codex --policy as-recorded
 
 test: $(DEV_STAMP)
 	$(BIN)/pytest

@@ -103,7 +103,8 @@ class ConversationSession(SessionPolicy):
         self.last_output = 0
         self.since_last: list[int] = []
         self.call = Call("request", "", [], 0)
-        self.warm_done = not bool(params.get("warm_start", True))
+        self.warm_start = bool(params.get("warm_start", True))
+        self.warm_done = not self.warm_start
         fixed = params.get("summary_tokens")
         #: A fixed summary size (the `summary_tokens` parameter), else drawn (summary_size).
         self.fixed_summary: int | None = None if fixed is None else int(fixed)
@@ -167,18 +168,26 @@ class ConversationSession(SessionPolicy):
 
     def step(self, k: int, out: Emitter) -> None:
         self.sync(k)
-        self.warm_once(out)
+        self.warm_once(out, k)
         self.transform(k, out)
         view = self.conv.sync()
         self.send(k, out, view, {"overflow": True} if view.total > self.window else {})
 
-    def warm_once(self, out: Emitter) -> None:
-        """Before the first request: the shared prefix is cached as the recording found it."""
+    def warm_once(self, out: Emitter, k: int) -> None:
+        """Before the first request: the shared prefix is cached as the recording found it.
+        After an idle gap longer than the TTL: the part of it other sessions kept warm, as
+        the recording's read showed (simulator/prefix.py `PrefixState.warm_now`): a fact
+        about other sessions, so every policy sees it as as-recorded does."""
         if not self.warm_done:
             view = self.conv.sync()
             for position in self.conv.warm:
                 out.warm(view, position, KEPT_WARM_MS)
             self.warm_done = True
+        if self.warm_start and self.conv.prefix.warm_now:
+            view = self.conv.sync()
+            ttl = self.ttl(k)
+            for position in self.conv.prefix.warm_now:
+                out.warm(view, position, ttl)
 
     def send(self, k: int, out: Emitter, view: View, flags: dict[str, bool]) -> None:
         """Emit recorded request k with `view`; its usage is what the next estimate

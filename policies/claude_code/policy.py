@@ -210,7 +210,7 @@ class _State(ConversationSession):
         conv = self.conv
         self.sync(k)
         ttl = self.ttl(k)
-        self.warm_once(out)
+        self.warm_once(out, k)
         limits = self.limits_
         estimate = self.estimate(k)
         estimate -= self.snip.run(conv, estimate, limits.effective)
