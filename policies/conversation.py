@@ -167,11 +167,12 @@ class Conversation:
     def set_override(
         self, block: int, item_hash: int, tokens: int, *, edit: str | None = None
     ) -> None:
-        before = self.sent(block)[1]
+        before = self.sent(block)[1] if edit is not None else 0
         self.override[block] = (item_hash, tokens)
         i = self._position(block)
         self.touch(i)
-        self._record(edit, "mask", before - self.sent(block)[1], i)
+        if edit is not None:
+            self._record(edit, "mask", before - self.sent(block)[1], i)
 
     def persist_entering(
         self, block: int, item_hash: int, tokens: int, *, edit: str | None = None
@@ -202,7 +203,7 @@ class Conversation:
         change is re-appended by the sync, which reads `edited` itself."""
         if block in self.edited:
             return
-        removed = self.sent(block)[1]
+        removed = self.sent(block)[1] if edit is not None else 0
         self.edited.add(block)
         i = self._position(block)
         if self._dirty is None or i < self._dirty:

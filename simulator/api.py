@@ -64,21 +64,15 @@ def load(
 ) -> list[tuple[str, Trace]]:
     """(name, trace) for every trace under `paths` (files, session directories, projects
     trees), compiled or taken from the compile cache, named as `ctxsim run` names them.
-    Bad input raises traces.errors.TraceError naming file and line; `lenient` skips and
-    counts damaged lines instead."""
+    Bad input raises traces.errors.TraceError naming file and line (`lenient` skips and
+    counts damaged lines instead); two different traces under one name, NameClash."""
     from traces.cache import CompileCache, default_root
     from traces.load import load as load_paths
+    from traces.load import named_traces
 
     compile_cache = CompileCache(default_root()) if cache else None
-    named: dict[str, Trace] = {}
     expanded = [Path(p).expanduser() for p in paths]
-    for item in load_paths(expanded, lenient=lenient, cache=compile_cache):
-        name = item.name.removesuffix(".ctxt")
-        seen = named.get(name)
-        if seen is not None and seen.source_digest != item.trace.source_digest:
-            raise ValueError(f"two different traces are named {name!r}; rename one")
-        named.setdefault(name, item.trace)
-    return list(named.items())
+    return named_traces(load_paths(expanded, lenient=lenient, cache=compile_cache))
 
 
 def policy(spec: PolicyInput) -> Policy:

@@ -343,24 +343,17 @@ def _no_such_param(names: list[str], key: str, value: Any) -> str:
 def _named_traces(
     paths: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int, tally: Any = None
 ) -> list[tuple[str, Trace]]:
-    """(name, trace) of every trace under `paths`; names carry no directory.
+    """(name, trace) of every trace under `paths`, named as traces/load.py `named_traces`
+    names them (no directory)."""
+    from traces.load import NameClash, named_traces
 
-    A trace's name is its compiled file name without `.ctxt` (source stem + digest), so a
-    source and its imported compiled file replay under the same name and give the same rows.
-    """
-    named: dict[str, Trace] = {}
-    for item in _loaded(paths, lenient, no_cache, "reading", jobs, tally):
-        name = item.name.removesuffix(".ctxt")
-        trace = item.trace
-        seen = named.get(name)
-        if seen is not None:
-            if seen.source_digest != trace.source_digest:
-                _fail(f"two different traces are named {name!r}; rename one")
-            continue  # the same trace given twice
-        named[name] = trace
+    try:
+        named = named_traces(_loaded(paths, lenient, no_cache, "reading", jobs, tally))
+    except NameClash as exc:
+        _fail(str(exc))
     if not named:
         _fail("no trace found in " + ", ".join(p.name or str(p) for p in paths))
-    return list(named.items())
+    return named
 
 
 @main.group()

@@ -201,6 +201,34 @@ def _param(
     )
 
 
+def _whole(
+    meaning: str,
+    source: str,
+    *,
+    unit: str,
+    what: str,
+    examples: str,
+    low: int,
+    high: int | None,
+    optional: bool,
+) -> Param:
+    """A whole number of `unit` in any of the size spellings ("8000", "13_000", "8k")."""
+    return _param(
+        int,
+        _size,
+        type_name="int",
+        unit=unit,
+        meaning=meaning,
+        source=source,
+        what=what,
+        examples=examples,
+        low=low,
+        high=high,
+        optional=optional,
+        whole=True,
+    )
+
+
 def tokens(
     meaning: str,
     source: str,
@@ -211,19 +239,16 @@ def tokens(
     unit: str = "tokens",
 ) -> Param:
     """A size in tokens: a whole number, typed as 8000, "13_000", "8k" or "1M"."""
-    return _param(
-        int,
-        _size,
-        type_name="int",
+    what = f"a whole number of {unit}"
+    return _whole(
+        meaning,
+        source,
         unit=unit,
-        meaning=meaning,
-        source=source,
-        what=f"a whole number of {unit}",
+        what=what,
         examples="8000, 8k, 13_000",
         low=low,
         high=high,
         optional=optional,
-        whole=True,
     )
 
 
@@ -242,18 +267,16 @@ def count(
     optional: bool = False,
 ) -> Param:
     """A whole count of things (groups, files, retries, ...)."""
-    return _param(
-        int,
-        _size,
-        type_name="int",
+    what = f"a whole number of {unit}" if unit != "count" else "a whole number"
+    return _whole(
+        meaning,
+        source,
         unit=unit,
-        meaning=meaning,
-        source=source,
-        what=f"a whole number of {unit}" if unit != "count" else "a whole number",
+        what=what,
+        examples="",
         low=low,
         high=high,
         optional=optional,
-        whole=True,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +137,26 @@ class InputTally:
         parts.append(f"{self.copied_calls} copied call(s) counted once")
         parts.append(f"passed over {self.passed_over} file(s) holding no trace of a known format")
         return "; ".join(parts)
+
+
+class NameClash(ValueError):
+    """Two different traces would replay under one name."""
+
+
+def named_traces(items: Iterable[Loaded]) -> list[tuple[str, Trace]]:
+    """(name, trace) of each loaded trace, named as runs name them: the compiled file name
+    without `.ctxt` (source stem + digest), so a source and its imported compiled file replay
+    under the same name and give the same rows. The same trace given twice is kept once."""
+    named: dict[str, Trace] = {}
+    for item in items:
+        name = item.name.removesuffix(".ctxt")
+        trace = item.trace
+        seen = named.get(name)
+        if seen is None:
+            named[name] = trace
+        elif seen.source_digest != trace.source_digest:
+            raise NameClash(f"two different traces are named {name!r}; rename one")
+    return list(named.items())
 
 
 def compiled_name(unit: ImportUnit, digest: str) -> str:
