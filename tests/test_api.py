@@ -67,3 +67,14 @@ def test_a_bad_parameter_is_refused_when_the_policy_is_built() -> None:
         api.policy(("claude-code", {"snip.enabled": "no"}))
     with pytest.raises(PolicyError, match="unknown policy"):
         api.policy("no-such-policy")
+
+
+def test_traces_are_named_once_and_a_clash_is_refused() -> None:
+    from simulator.model import Trace
+    from traces.load import Loaded, NameClash, named_traces
+
+    a, b = Trace("claude-code", "a" * 64, []), Trace("claude-code", "b" * 64, [])
+    same = [Loaded("x", "s-1.ctxt", trace=a), Loaded("y", "s-1.ctxt", trace=a)]
+    assert named_traces(same) == [("s-1", a)]
+    with pytest.raises(NameClash, match="two different traces are named 's-1'"):
+        named_traces([Loaded("x", "s-1.ctxt", trace=a), Loaded("y", "s-1", trace=b)])
