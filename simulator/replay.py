@@ -261,8 +261,9 @@ def replay_session(
         engine.k = k
         engine.seq = 0
         limits = state.limits()
-        if limits is not None:
-            engine.threshold, engine.blocking = limits.threshold, limits.blocking
+        engine.threshold, engine.blocking = (
+            (limits.threshold, limits.blocking) if limits is not None else (None, None)
+        )
         state.step(k, engine)
 
 
@@ -289,17 +290,8 @@ def replay(
     finally:
         if collecting:
             gc.enable()
-    columns: list[tuple[Any, ...]] = (
-        list(zip(*rows, strict=True)) if rows else [() for _ in ROW_SCHEMA]
-    )
-    data: dict[str, Any] = {
-        name: pl.Series(name, col, dtype)
-        for (name, dtype), col in zip(ROW_SCHEMA.items(), columns, strict=True)
-    }
-    spec = policy.spec()
+    columns, data = _columns(rows, ROW_SCHEMA, policy)
     n = len(rows)
-    data["policy"] = pl.Series("policy", [spec.label] * n, pl.String)
-    data["params_hash"] = pl.Series("params_hash", [spec.param_hash] * n, pl.String)
     names = list(ROW_SCHEMA)
     counts = {
         c: np.fromiter(columns[names.index(c)], dtype=np.int64, count=n)
@@ -372,14 +364,20 @@ def _cost_series(
 
 def edit_frame(edits: list[Any], policy: Policy) -> pl.DataFrame:
     """The edits table of one policy's replay (EDIT_SCHEMA, then policy and params_hash)."""
-    columns: list[tuple[Any, ...]] = (
-        list(zip(*edits, strict=True)) if edits else [() for _ in EDIT_SCHEMA]
-    )
+    return pl.DataFrame(_columns(edits, EDIT_SCHEMA, policy)[1])
+
+
+def _columns(
+    rows: list[Any], schema: dict[str, Any], policy: Policy
+) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    """Row tuples as typed columns of `schema`, then the policy's label and params hash on
+    every row; also the raw columns (for the dollars, computed from them)."""
+    columns: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
     data: dict[str, Any] = {
         name: pl.Series(name, col, dtype)
-        for (name, dtype), col in zip(EDIT_SCHEMA.items(), columns, strict=True)
+        for (name, dtype), col in zip(schema.items(), columns, strict=True)
     }
     spec = policy.spec()
-    data["policy"] = pl.Series("policy", [spec.label] * len(edits), pl.String)
-    data["params_hash"] = pl.Series("params_hash", [spec.param_hash] * len(edits), pl.String)
-    return pl.DataFrame(data)
+    data["policy"] = pl.Series("policy", [spec.label] * len(rows), pl.String)
+    data["params_hash"] = pl.Series("params_hash", [spec.param_hash] * len(rows), pl.String)
+    return columns, data
