@@ -29,6 +29,7 @@ import polars as pl
 
 from simulator.model import Trace
 from simulator.policy import PolicySpec
+from simulator.pricing import PriceBook
 from simulator.replay import COST_COLUMNS
 
 REQUESTS_FILE = "requests.parquet"
@@ -329,6 +330,7 @@ def build_run(
     prices_version: str,
     lenient: bool,
     edits: Sequence[pl.DataFrame] = (),
+    prices: PriceBook | None = None,
 ) -> RunOutputs:
     """Every output of a run, as frames and as the exact bytes to write (edits.parquet
     when `edits` holds the policies' edit tables)."""
@@ -338,7 +340,7 @@ def build_run(
     edit_table = edit_rows(edits) if edits else None
     if edit_table is not None:
         files[EDITS_FILE] = parquet_bytes(edit_table)
-    recorded = recorded_cost(traces)
+    recorded = recorded_cost(traces, prices)
     manifest: dict[str, Any] = {
         "ctxsim_version": ctxsim_version(),
         "prices": prices_version,
@@ -358,17 +360,19 @@ def build_run(
     return RunOutputs(requests, sessions, manifest, files, recorded)
 
 
-def recorded_cost(traces: Sequence[tuple[str, Trace]]) -> float | None:
-    """What the recorded requests cost (their logged usage, priced like the replay), so a
-    policy's dollars are read against the recording's, not on their own."""
+def recorded_cost(
+    traces: Sequence[tuple[str, Trace]], prices: PriceBook | None = None
+) -> float | None:
+    """What the recorded requests cost (their logged usage, priced with the run's price
+    book), so a policy's dollars are read against the recording's, not on their own."""
     from simulator.fidelity import recorded
-    from simulator.pricing import PriceBook
-    from simulator.replay import add_costs
+    from simulator.replay import add_costs, default_prices
 
     rows = recorded(traces)
     if rows.height == 0:
         return None
-    return float(add_costs(rows, PriceBook()).select(pl.col("cost_total").sum()).item())
+    book = prices or default_prices()
+    return float(add_costs(rows, book).select(pl.col("cost_total").sum()).item())
 
 
 def render_summary(outputs: RunOutputs) -> str:

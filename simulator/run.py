@@ -92,6 +92,7 @@ def run(
         prices_version=book.version,
         lenient=chosen.lenient,
         edits=[edit_frame(e, p) for e, p in zip(edits, policies, strict=True)],
+        prices=book,
     )
 
 
