@@ -61,26 +61,25 @@ class _SessionFacts:
         artifact = (flags & Flag.ARTIFACT) != 0
         first = b["first_request"].astype(np.int64)
         hidden = b["hidden_from"].astype(np.int64)
-        self.hash = b["hash"].astype(np.uint64)
-        self.tokens = b["tokens"].astype(np.int64)
+        tokens = b["tokens"].astype(np.int64)
         self.first = first
         self.hidden = hidden
-        self.human = ((flags & Flag.HUMAN) != 0) & ~artifact
-        #: Written by the recording's compaction: its summary and the restored attachments.
-        self.artifact = artifact
+        human = ((flags & Flag.HUMAN) != 0) & ~artifact
         self.prefix_tokens = int(session.prefix_tokens)
         # Human tokens in the logical history before each request: +tokens where a human
         # block enters, -tokens where it leaves (a rewind), summed up.
-        live = self.human & (first < hidden)
+        live = human & (first < hidden)
         delta = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(delta, np.minimum(first[live], n), self.tokens[live])
-        np.add.at(delta, np.minimum(hidden[live], n), -self.tokens[live])
+        np.add.at(delta, np.minimum(first[live], n), tokens[live])
+        np.add.at(delta, np.minimum(hidden[live], n), -tokens[live])
         self.human_at: list[int] = np.cumsum(delta)[:n].tolist()
-        #: The same facts as plain lists, for the per-item work of the incremental pass.
-        self.hash_of: list[int] = self.hash.tolist()
-        self.tokens_of: list[int] = self.tokens.tolist()
-        self.human_of: list[bool] = self.human.tolist()
-        self.artifact_of: list[bool] = self.artifact.tolist()
+        #: Per block, as plain lists for the per-item work of the incremental pass: its
+        #: content hash and tokens, whether the human wrote it, and whether the recording's
+        #: compaction wrote it (its summary and the restored attachments).
+        self.hash_of: list[int] = b["hash"].astype(np.uint64).tolist()
+        self.tokens_of: list[int] = tokens.tolist()
+        self.human_of: list[bool] = human.tolist()
+        self.artifact_of: list[bool] = artifact.tolist()
         # Successful read results per file, in history order.
         path = b["path_hash"]
         kind = b["kind"]
