@@ -13,6 +13,7 @@ the default threshold is W - 33,000: 167,000 on 200k, 367,000 on 400k, 967,000 o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -148,6 +149,100 @@ def test_a_recorded_auto_compaction_below_200k_says_the_client_computed_on_200k(
     assert _threshold("claude-code@2.1.221", s) == 167_000
     s.events[0] = CompactionEvent(2, "manual", 166_000, -1, T0)  # a /compact says nothing
     assert _threshold("claude-code@2.1.221", s) == 967_000
+
+
+def _two_processes(event_at: int = 3) -> Session:
+    """An Opus 5 session whose recording reached 210,100 tokens at request 1 without
+    compacting (a process on the 1M window), then auto-compacted at `event_at` (preTokens
+    210,300; recorded context 30,000 from then on) and again at 5 below 200,000 (a process
+    on the 200k window). The blocks are sized as sent before `event_at` (usage equal to
+    them, so every estimate is the context); the recorded contexts after the compaction
+    only tell the window rule what the client did."""
+    results = [199_000, 100, 100, 100, 100]
+    usage = [11_000]
+    for r in results:
+        usage.append(usage[-1] + 100 + r)
+    s = _session("claude-code 2.1.226", OPUS5, results, usage=usage)
+    from simulator.model import CompactionEvent
+
+    s.requests["input"][event_at:] = 30_000
+    s.events.append(CompactionEvent(event_at, "auto", 210_300, -1, T0))
+    s.events.append(CompactionEvent(5, "auto", 166_000, -1, T0))
+    return s
+
+
+def test_the_window_is_the_sending_processs_from_the_compaction_that_ends_the_longer_one() -> None:
+    """Requests before the first auto-compaction after the last context above 200,000 ran
+    on that context's 1M window (threshold 967,000): no compaction at 210,100 (request 1)
+    or 210,200 (2); from request 3 on the standard one (167,000): the policy compacts at 3,
+    where the recording did (policies/claude_code/settings.py `standard_window_from`)."""
+    from policies.claude_code.settings import standard_window_from
+
+    s = _two_processes()
+    assert standard_window_from(s) == 3
+    frame = replay(
+        [("t", Trace("claude-code", "t", [s]))], policy.build("claude-code@2.1.221", AUTO)
+    )
+    assert compactions(frame) == [(3, "autocompact")]
+    # window_1m pins one window for the whole session: on 200k the policy compacts at 2
+    # (at 1 the summary request, 210,800 tokens, is refused as longer than the window).
+    pinned = policy.build("claude-code@2.1.221", {**AUTO, "window_1m": False})
+    frame = replay([("t", Trace("claude-code", "t", [s]))], pinned)
+    assert compactions(frame)[0] == (2, "autocompact")
+
+
+def test_no_switch_without_a_context_above_200k_or_an_auto_compaction_after_it() -> None:
+    from policies.claude_code.settings import standard_window_from
+
+    s = _two_processes()
+    s.events[:] = [e for e in s.events if e.request != 3]
+    assert standard_window_from(s) == 5  # the compaction at 5 follows the last 200k+ request
+    s.events[:] = []
+    assert standard_window_from(s) == 0
+    s = _two_processes()
+    s.events[:] = [replace(e, trigger="manual") for e in s.events]
+    assert standard_window_from(s) == 0  # a /compact runs in the same process
+    small = _session("c", OPUS5, [100, 100], usage=[11_000, 11_200, 11_400])
+    assert standard_window_from(small) == 0
+
+
+def _recount_session(result: int) -> Session:
+    """Request 0: a 1,000-token message; its response has two lines, a 100-token text (the
+    first) and a 2,000-token tool_use (8,000 characters); request 1 adds the tool's result
+    of `result` tokens. The last usage is 11,000 in + 2,100 out."""
+    b = SessionBuilder(Hasher(b"recount"), id="s", kind="main", client="claude-code 2.1.226")
+    b.prefix_tokens = 10_000
+    b.add_block(
+        msg=0, kind=Kind.TEXT, role=Role.USER, text="u".ljust(4_000, "x"), ts=T0,
+        first_request=0, tokens=1_000,
+    )  # fmt: skip
+    b.add_block(
+        msg=1, kind=Kind.TEXT, role=Role.ASSISTANT, text="a".ljust(400, "x"), ts=T0 + 1,
+        first_request=1, tokens=100, origin=0,
+    )  # fmt: skip
+    b.add_block(
+        msg=1, kind=Kind.TOOL_USE, role=Role.ASSISTANT, text="#1#".ljust(8_000, "x"),
+        ts=T0 + 2, first_request=1, tokens=2_000, origin=0, tool="Read", use_id="t1",
+    )  # fmt: skip
+    b.add_block(
+        msg=2, kind=Kind.TOOL_RESULT, role=Role.USER, text="r".ljust(4 * result, "x"),
+        ts=T0 + MINUTE, first_request=1, tokens=result, tool="Read", result_for="t1",
+    )  # fmt: skip
+    b.add_request(ts=T0, model=SONNET45, usage=RecordedUsage(11_000, 0, 0, 0, 2_100))
+    b.add_request(ts=T0 + MINUTE, model=SONNET45, usage=None)
+    return b.finish()
+
+
+@pytest.mark.parametrize(
+    ("preset", "fires"), [("claude-code@2.1.221", True), ("claude-code@2.1.88", False)]
+)
+def test_2_1_2xx_counts_the_last_responses_later_lines_again(preset: str, fires: bool) -> None:
+    """Estimate at request 1: 11,000 + 2,100 + the result's 153,000 = 166,100, under the
+    167,000 trigger; 2.1.2xx adds the tool_use line after the response's first line
+    (8,000 / 4 = 2,000): 168,100, over it (policies/claude_code/autocompact.py)."""
+    trace = Trace("claude-code", "t", [_recount_session(153_000)])
+    frame = replay([("t", trace)], policy.build(preset, AUTO))
+    assert compactions(frame) == ([(1, "autocompact")] if fires else [])
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,11 @@ Facts this reader relies on (DESIGN.md section 2):
 * The conversation is a tree (``uuid`` / ``parentUuid``). The context of a request is the
   path from the root to the request's first line. A rewind moves to another branch: the
   blocks of the abandoned branch are tombstoned (``hidden_from``) from that request on.
+* Parallel tool calls: one response's tool_use lines and their results form a small tree
+  (each result hangs from its own tool_use line), so the chain from a leaf can miss some;
+  they are spliced back in as Claude Code's own loader does, and each response's results
+  are laid in the order of its tool_use blocks, as the request lists them
+  (`_SessionAssembler._with_parallel_calls`).
 * Compaction roots: 2.x writes a ``system`` line with ``subtype: compact_boundary``
   (``parentUuid`` null, ``logicalParentUuid`` set) followed by an ``isCompactSummary``
   user line; 1.0.x writes only the summary line, with a null ``parentUuid``. The logical
@@ -448,6 +453,7 @@ class _SessionAssembler:
         self.msg_index: dict[str, int] = {}
         self.uses: dict[str, tuple[str, str | None]] = {}  # tool_use id -> (tool, path)
         self._resolve_parents()
+        self._index_parallel_calls()
 
     def _resolve_parents(self) -> None:
         """Parent of each node in the logical tree (see the module docstring)."""
@@ -521,6 +527,139 @@ class _SessionAssembler:
                     self.sent_parents[node] = fallback
             self.r.stats["compactions_relinked"] = self.r.stats.get("compactions_relinked", 0) + 1
 
+    def _index_parallel_calls(self) -> None:
+        """What `_with_parallel_calls` needs: each message id's assistant lines, each
+        assistant line's tool-result lines, and the order the tool_use blocks were written."""
+        self.siblings: dict[str, list[str]] = {}
+        self.results_of: dict[str, list[str]] = {}
+        self.use_order: dict[str, int] = {}
+        for uuid in self.r.order:
+            if uuid not in self.node_ids:
+                continue
+            node = self.r.nodes[uuid]
+            content = _content_blocks(node.entry) if node.entry is not None else None
+            if node.kind == "assistant" and node.message_id:
+                self.siblings.setdefault(node.message_id, []).append(uuid)
+                for c in content or []:
+                    use_id = c.get("id")
+                    if c.get("type") in ("tool_use", "server_tool_use") and isinstance(use_id, str):
+                        self.use_order.setdefault(use_id, len(self.use_order))
+            elif node.kind == "user" and any(c.get("type") == "tool_result" for c in content or []):
+                parent = self.parents.get(uuid)
+                if parent is not None:
+                    self.results_of.setdefault(parent, []).append(uuid)
+
+    def _with_parallel_calls(self, added: list[str], before_line: int | None) -> list[str]:
+        """`added` with the lines of parallel tool calls that the parent chain misses, and
+        each response's tool results in the order of its tool_use blocks.
+
+        The client streams one assistant line per content block, all with the response's
+        message id; each tool result's parent is the line of its own tool_use, so N parallel
+        calls make a tree and the chain from a leaf keeps one branch (a Task call's progress
+        lines split it too: ../shared denubis a0adff31, 2.1.31, lost one of two Task calls and
+        its 6k-character result, whose tokens the anchoring then gave to the other). The API
+        was sent all of them: Claude Code's own loader splices the missing siblings and their
+        results back in after the chain's last line of that message id, each sorted by time
+        (`recoverOrphanedParallelToolResults`, sessionStorage.ts, in the 2.1.x decompiles),
+        and so does this reader, taking only lines written before the request.
+
+        Order: results are written as their tools finish, but the request lists them in the
+        order of their tool_use blocks, and the message cache marker stays on the one that
+        finished last. Over ../shared/traces/claude-code, of 74 requests whose results came
+        back out of tool_use order, 45 sent more than 50 uncached input tokens (37 of 931
+        with results in order, 220 of 8,762 with one result); where the last to finish is
+        also the last tool_use the uncached input is 0-14 tokens, elsewhere it is about the
+        results that follow the last to finish in tool_use order (their JSON characters /
+        1.5-3.5 in 52 of the 61 cases with any). So results are laid in tool_use order, and
+        as-recorded's marker (policies/as_recorded.py) lands where the recorded uncached
+        input puts it: after the last to finish.
+        """
+        laid = self.path_pos
+        chosen = set(added)
+        anchors: dict[str, str] = {}
+        for uuid in added:
+            node = self.r.nodes[uuid]
+            if node.kind == "assistant" and node.message_id:
+                anchors[node.message_id] = uuid
+
+        def missing(uuid: str) -> bool:
+            line = self.r.nodes[uuid].line
+            if before_line is not None and line >= before_line:
+                return False
+            return uuid not in laid and uuid not in chosen
+
+        inserts: dict[str, list[str]] = {}
+        for mid, anchor in anchors.items():
+            group = self.siblings.get(mid, [])
+            orphans = [u for u in group if missing(u)]
+            results = [t for u in group for t in self.results_of.get(u, []) if missing(t)]
+            if not orphans and not results:
+                continue
+            orphans.sort(key=self._line_time)
+            results.sort(key=self._line_time)
+            inserts[anchor] = [*orphans, *results]
+            chosen.update(inserts[anchor])
+            self.r.stats["parallel_lines_recovered"] = self.r.stats.get(
+                "parallel_lines_recovered", 0
+            ) + len(inserts[anchor])
+        if inserts:
+            spliced: list[str] = []
+            for uuid in added:
+                spliced.append(uuid)
+                spliced.extend(inserts.get(uuid, []))
+            added = spliced
+        return self._results_in_use_order(added)
+
+    def _turn_end(self, pos: int) -> int:
+        """The end of the parallel calls the path line at `pos` belongs to: a request that
+        hangs from one tool_use or result of a response holds all of them (the lines
+        `_with_parallel_calls` laid after it are no rewind)."""
+        path = self.path
+        node = self.r.nodes[path[pos]]
+        mid = node.message_id if node.kind == "assistant" else None
+        while pos + 1 < len(path):
+            after = self.r.nodes[path[pos + 1]]
+            same = mid is not None and after.kind == "assistant" and after.message_id == mid
+            if not same and self._use_rank(path[pos + 1]) < 0:
+                break
+            pos += 1
+        return pos
+
+    def _line_time(self, uuid: str) -> tuple[int, int]:
+        node = self.r.nodes[uuid]
+        return (node.ts or 0, node.line)
+
+    def _use_rank(self, uuid: str) -> int:
+        """Where the tool_use a tool-result line answers was written (-1: not a result)."""
+        node = self.r.nodes[uuid]
+        if node.kind != "user" or node.entry is None:
+            return -1
+        ranks = [
+            self.use_order.get(str(c.get("tool_use_id")), -1)
+            for c in _content_blocks(node.entry) or []
+            if c.get("type") == "tool_result"
+        ]
+        known = [r for r in ranks if r >= 0]
+        return min(known) if known and len(known) == len(ranks) else -1
+
+    def _results_in_use_order(self, added: list[str]) -> list[str]:
+        """Each run of consecutive tool-result lines sorted by the order of their
+        tool_use blocks (a run holding a line of anything else is left as it is)."""
+        out = list(added)
+        i = 0
+        while i < len(out):
+            j = i
+            while j < len(out) and self._use_rank(out[j]) >= 0:
+                j += 1
+            if j - i > 1:
+                out[i:j] = sorted(out[i:j], key=self._use_rank)
+                if out[i:j] != added[i:j]:
+                    self.r.stats["parallel_results_reordered"] = (
+                        self.r.stats.get("parallel_results_reordered", 0) + 1
+                    )
+            i = j + 1 if j == i else j
+        return out
+
     def _logical_path_from(
         self, uuid: str | None, parents: dict[str, str | None] | None = None
     ) -> tuple[int, list[str]]:
@@ -535,7 +674,7 @@ class _SessionAssembler:
         while uuid is not None and uuid not in seen and uuid in self.r.nodes:
             pos = self.path_pos.get(uuid)
             if pos is not None:
-                return pos + 1, out[::-1]
+                return self._turn_end(pos) + 1, out[::-1]
             seen.add(uuid)
             out.append(uuid)
             uuid = parents.get(uuid)
@@ -548,10 +687,10 @@ class _SessionAssembler:
             self.strip_thinking = not PRESERVES_THINKING.match(req.model)
             first = self.r.nodes[req.first_node]
             tree = self.sent_parents if first.uuid in self.sent_before else self.parents
-            self._advance(k, *self._logical_path_from(tree.get(first.uuid), tree))
+            self._advance(k, *self._logical_path_from(tree.get(first.uuid), tree), first.line)
         tail = self._last_leaf()
         if tail is not None:
-            self._advance(len(requests), *self._logical_path_from(tail))
+            self._advance(len(requests), *self._logical_path_from(tail), None)
         self.flush_event(-1)
 
     def _last_leaf(self) -> str | None:
@@ -560,15 +699,17 @@ class _SessionAssembler:
                 return uuid
         return None
 
-    def _advance(self, k: int, common: int, added: list[str]) -> None:
-        """Context of request k: the first `common` nodes of the current path, then `added`."""
+    def _advance(self, k: int, common: int, added: list[str], before_line: int | None) -> None:
+        """Context of request k: the first `common` nodes of the current path, then `added`
+        (with the parallel calls the chain misses, `_with_parallel_calls`, from lines
+        before `before_line`)."""
         if common < len(self.path):  # a rewind: the rest of the old branch leaves
             for uuid in self.path[common:]:
                 for blk in self.node_blocks.get(uuid, []):
                     self.b.hide(blk, k)
                 self.path_pos.pop(uuid, None)
             del self.path[common:]
-        for uuid in added:
+        for uuid in self._with_parallel_calls(added, before_line):
             self.path_pos[uuid] = len(self.path)
             self.path.append(uuid)
             node = self.r.nodes[uuid]

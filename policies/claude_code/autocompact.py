@@ -7,6 +7,20 @@ limit = effective - 3,000. The trigger compares an
 estimate: the last API usage (input + cache read + cache write + output) plus length/4 of
 newer messages (images 2,000 tokens), minus what snip freed.
 
+2.1.2xx counts more (`autocompact.estimate_recounts_response`, preset claude-code@2.1.221):
+the client walks back from the last line with usage to the first line of that response
+(one line per content block, all with its message id) and estimates every message after
+that first line, so the response's later blocks are counted again on top of the output
+tokens that already hold them. The recorded preTokens (the same estimate, logged) show it:
+../shared/traces/claude-code/flutter-docker 390ab778 (2.1.226) logged 167,009, 166,612 and
+166,907 where usage plus length/4 from the first line gives 167,008, 166,623 and 166,906,
+and from the last line 166,880, 165,235 and 166,871. promptgrimoire ffc93f57 (2.1.29)
+logged 167,325 and 168,167: from the last line 167,321 and 168,167, from the first
+167,351 and 168,247, so 2.1.29 counted from the last line. The trigger itself stays
+167,000 on 200k: 390ab778 fired on 166,612 and 166,907 and did not on 166,135 and 166,150
+(requests 146 and 353), which puts its threshold in (166,150, 166,612]; no documented
+rule gives that (a server-tuned window, claude-code#86863, could), so it is not modelled.
+
 Compaction: session-memory compaction first when enabled (keep a tail of at least 10,000
 tokens and 5 text messages, at most 40,000; the session memory replaces the rest), else a
 full compaction: one summary request of its own (no tools), whose cache marker sits on the

@@ -306,6 +306,10 @@ PARAMS: dict[str, Param] = {
         "the first message's context is attached again after a compaction",
         "2.1.x recordings; 1.0.53 did not (preset claude-code@1.0)",
     ),
+    "autocompact.estimate_recounts_response": flag(
+        "the trigger's estimate counts the last response's blocks after its first line again",
+        "2.1.226 preTokens (flutter-docker 390ab778, 3 of 3); 2.1.29 did not (autocompact.py)",
+    ),
     "autocompact.preserve_tail_groups": count(
         "newest API-round groups kept verbatim after the summary (a full compaction's)",
         "0 before 2.1.200; 2.1.2xx logs compactMetadata.preservedSegment (preset)",

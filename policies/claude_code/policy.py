@@ -39,7 +39,7 @@ from policies.claude_code.collapse import Collapse
 from policies.claude_code.microcompact import Microcompact
 from policies.claude_code.params import PARAMS
 from policies.claude_code.recorded import recorded_compactions
-from policies.claude_code.settings import client_window, env_truthy
+from policies.claude_code.settings import client_window, env_truthy, standard_window_from
 from policies.claude_code.snip import Snip
 from simulator.params import Declarations
 from simulator.policy import (
@@ -115,6 +115,7 @@ BASE: dict[str, Any] = {
     "autocompact.restore_extra_tokens": BEYOND_FILE_RULE,
     "autocompact.reattach_first_message": True,
     "autocompact.preserve_tail_groups": 0,  # newest API-round groups kept verbatim (2.1.2xx)
+    "autocompact.estimate_recounts_response": False,  # 2.1.2xx: see autocompact.py
     "autocompact.as_recorded_before": None,  # request: recorded compactions before it replayed
     "autocompact.skills_tokens": 0,
     "autocompact.session_memory.enabled": False,
@@ -161,6 +162,18 @@ class _State(ConversationSession):
         window, allowed = client_window(ctx.session, model, ctx.facts.window, p)
         self.auto.enabled = self.auto.enabled and allowed
         self.limits_: Limits = self.auto.limits(window, ctx.facts.max_output)
+        #: Before this request another client process sent the recording, on its own
+        #: longer window (settings.py `standard_window_from`): `limits_sent` apply.
+        self.standard_from = 0
+        self.limits_sent = self.limits_
+        if p["window_1m"] is None and window < ctx.facts.window:
+            self.standard_from = standard_window_from(ctx.session)
+            if self.standard_from:
+                sent, _ = client_window(ctx.session, model, ctx.facts.window, p, as_sent=True)
+                self.limits_sent = self.auto.limits(sent, ctx.facts.max_output)
+        self._next = 0  # the request the engine asks `limits` for (it asks before `step`)
+        self._current = self.limits_
+        self.recounts_response = bool(p["autocompact.estimate_recounts_response"])
         self.compact_off = env_truthy(p["DISABLE_COMPACT"])
         self.call_ttl = str(p["autocompact.call_ttl"])
         self._marks_of: list[int] = []
@@ -170,11 +183,23 @@ class _State(ConversationSession):
     def on_enter(self, blocks: list[int]) -> None:
         self.budget.on_enter(self.conv, blocks)
 
+    def estimate(self, k: int) -> int:
+        """The trigger's estimate (policies/base.py); from 2.1.2xx plus length/4 of the
+        last response's blocks after its first line (autocompact.py: the client's
+        walk back to the response's first line counts its later lines again)."""
+        estimate = super().estimate(k)
+        if not self.recounts_response or self.last_total is None:
+            return estimate
+        conv = self.conv
+        origin = conv.origin
+        again = [key for key in self.since_last if key >= 0 and origin[key] == k - 1]
+        return estimate + sum(conv.estimate_chars(key) // 4 for key in again[1:])
+
     def limits(self) -> StatedLimits:
         """Where this session compacts and blocks: collapse's commit and blocking points
         when collapse is on, else autocompact's threshold while it is on (not tripped, not
         switched off by a setting or the version's window rule) and the blocking limit."""
-        lim = self.limits_
+        lim = self._limits_at(self._next)
         if self.collapse.enabled:
             return StatedLimits(
                 math.floor(self.collapse.commit * lim.effective),
@@ -182,6 +207,10 @@ class _State(ConversationSession):
             )
         on = self.auto.enabled and not self.auto.tripped
         return StatedLimits(lim.threshold if on else None, lim.blocking)
+
+    def _limits_at(self, k: int) -> Limits:
+        """The limits of the client process that sent request k."""
+        return self.limits_sent if k < self.standard_from else self.limits_
 
     def breakpoints(self, view: View, ttl: int, *, fork: bool = False) -> list[Breakpoint]:
         """System markers, then one message marker on the last item (a fork such as the
@@ -211,7 +240,7 @@ class _State(ConversationSession):
         self.sync(k)
         ttl = self.ttl(k)
         self.warm_once(out, k)
-        limits = self.limits_
+        limits = self._current = self._limits_at(k)
         estimate = self.estimate(k)
         estimate -= self.snip.run(conv, estimate, limits.effective)
         prev_end = self.ctx.ts_end[k - 1] if k else None  # last assistant message
@@ -249,6 +278,7 @@ class _State(ConversationSession):
         if view.total > limits.blocking:
             flags["overflow"] = True
         self.send(k, out, view, flags)
+        self._next = k + 1
 
     def _compact(
         self,
@@ -262,7 +292,7 @@ class _State(ConversationSession):
         """A full compaction. With `attached` the tokens put back after the summary are
         given (a recorded compaction's), else they are modelled."""
         attempts = self.auto.compact(
-            self.conv, self.ctx.rng, self.limits_.window, summary, attached=attached
+            self.conv, self.ctx.rng, self._current.window, summary, attached=attached
         )
         if self.call_ttl != "request":
             ttl = ttl_ms(self.call_ttl, ttl)
@@ -433,6 +463,7 @@ class ClaudeCode21221(ClaudeCode):
         "autocompact.call_ttl": "5m",
         "autocompact.reattach_first_message": False,
         "autocompact.preserve_tail_groups": 1,
+        "autocompact.estimate_recounts_response": True,
     }
 
 

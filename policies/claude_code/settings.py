@@ -23,12 +23,26 @@ auto-compaction logged below 200,000 tokens cannot come from a 1M window (whose 
 one Opus 5 session (2.1.226) reached 204,665 tokens and then auto-compacted three times at
 166.6k-167.0k (200,000 - 20,000 - 13,000): its API window was 1M, its autocompact window
 200k. `window_1m` true/false overrides both readings.
+
+One window per client process, not per session (`standard_window_from`): the autocompact
+window is what the process read at start (the model's default window "can be tuned on our
+side without a Claude Code release", claude-code#86863), and a recording can span
+processes (a resumed file copies the earlier process's calls). Where the recording shows
+both windows, a context above 200,000 sent without compacting and an auto-compaction
+below it, the longer window holds up to the first auto-compaction after the last request
+above 200,000: a process on the standard window compacts at once when it resumes a context
+above its threshold. In ../shared/traces/claude-code/flutter-docker, 390ab778's requests
+0-93 were sent by 2.1.224 (up to 204,665 tokens, no compaction); aba9151e (2.1.226)
+resumed it and compacted at once (request 94, preTokens 213,002), then at 167,009, 166,612
+and 166,907: requests 0-93 on 1M, the rest on 200k.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+import numpy as np
 
 from simulator.model import Session
 from simulator.models import STANDARD_WINDOW, facts
@@ -82,21 +96,44 @@ def recorded_auto_below(session: Session, window: int) -> bool:
     return False
 
 
+def standard_window_from(session: Session) -> int:
+    """The first request computed on the standard window after a longer one (see the module
+    docstring), or 0 when the recording shows no such change: the first auto-compaction
+    after the last request whose recorded context exceeded the standard window."""
+    if not session.n_requests:
+        return 0
+    above = np.nonzero(session.recorded_context() > STANDARD_WINDOW)[0]
+    if not len(above):
+        return 0
+    last = int(above[-1])
+    after = [e.request for e in session.events if e.trigger == "auto" and e.request > last]
+    return min(after) if after else 0
+
+
 def _matches(pattern: str, model: str) -> bool:
     return bool(pattern) and re.search(pattern, model) is not None
 
 
-def client_window(session: Session, model: str, window: int, p: dict[str, Any]) -> tuple[int, bool]:
+def client_window(
+    session: Session,
+    model: str,
+    window: int,
+    p: dict[str, Any],
+    *,
+    as_sent: bool = False,
+) -> tuple[int, bool]:
     """(autocompact window, whether autocompact may run on it) for a session whose model
     runs on `window` tokens (simulator/models.py `session_facts`); see the module
-    docstring for each step."""
+    docstring for each step. `as_sent`: the window of the requests before
+    `standard_window_from`, which the recorded auto-compactions below 200,000 do not
+    describe."""
     one_m = p["window_1m"]
     own = facts(model)
     if one_m is True:
         window = own.largest_window
     elif one_m is False:
         window = min(own.window, STANDARD_WINDOW)
-    elif window > STANDARD_WINDOW and recorded_auto_below(session, STANDARD_WINDOW):
+    elif not as_sent and window > STANDARD_WINDOW and recorded_auto_below(session, STANDARD_WINDOW):
         window = STANDARD_WINDOW
     for pattern, size in (p["autocompact.model_windows"] or {}).items():
         if size is not None and _matches(pattern, model):
