@@ -32,9 +32,9 @@ from traces.load import load
 
 MINUTE = 60 * 1000
 RETENTIONS = [5, 10, 15, 20, 30, 45, 60, 90, 120]
-TAILS = [0, 128, 256, 384, 512, 640, 768, 1024]
+TAILS = [0, 64, 128, 192, 256, 384, 512, 768]
 #: Step and offset are not fitted: the recorded reads fix them (prompt_cache.py).
-GRID_STEP = {"gpt-5.6": (512, 256)}
+GRID_STEP = {"gpt-5.6": (1024, 768), "gpt-5.5": (512, 384)}
 FAMILIES = ["gpt-5.6", "gpt-5.5", "gpt-5.4", "other"]
 
 
@@ -132,7 +132,7 @@ def fit(src: Path) -> dict[str, Any]:
         held_rows.append(rows)
         loso[folder] = {"fit": {f: list(p) for f, p in choice.items()}, **figures(rows)}
     all_choice = {fam: best(fam, None) for fam in FAMILIES}
-    baseline = grid[(10, 0)]  # 10 minutes, no tail (gpt-5.6 at its 512/256 steps)
+    baseline = grid[(10, 0)]  # 10 minutes, no tail (gpt-5.5 and 5.6 on their chunk grids)
     return {
         "grid": {"retention_min": RETENTIONS, "tail_tokens": TAILS},
         "fit_on_all": {f: list(p) for f, p in all_choice.items()},

@@ -17,10 +17,11 @@ Anthropic (explicit breakpoints), per its prompt-caching documentation:
   the cached prefix stays valid and the deleted tokens are simply not billed.
 
 OpenAI (automatic): every prompt is cached as it goes; a later prompt sharing a prefix of
-at least 1,024 tokens reads it in 128-token steps; no write fee; entries live 5 to 10
-minutes after last use (`retention_ms`). Gemini 2.5+ implicit caching works alike with
-its own minimum. Both are modelled at block granularity: the cached prefix is the longest
-run of identical leading items, floored to the step.
+at least 1,024 tokens reads it in steps (128 tokens by OpenAI's guide; whole 512- and
+1,024-token chunks on gpt-5.5 and 5.6, `OPENAI_FAMILIES`); no write fee; entries live
+some minutes after last use (`retention_ms`, fitted per family). Gemini 2.5+ implicit
+caching works alike with its own minimum. Both are modelled at block granularity: the
+cached prefix is the longest run of identical leading items, floored to the step.
 """
 
 from __future__ import annotations
@@ -248,30 +249,45 @@ class OpenAIFamily(NamedTuple):
 #: Fitted to the recorded ``cached_input_tokens`` of ../shared/traces/codex, 6,050 requests
 #: in 7 source folders (policies/calibration/codex.md: method; codex_fit.json: figures):
 #: retention and tail chosen on a grid, per family, minimising the summed |read error|.
-#: Leave-one-source-out the choice is the same for every held-out folder but four
-#: (git-sync: gpt-5.4 tail 128; entirecontext: gpt-5.6 tail 640; hk: gpt-5.6 10 minutes,
-#: tail 384; agentv: the others 10 minutes).
+#: Leave-one-source-out the choice is the same for every held-out folder but three
+#: (git-sync: gpt-5.4 10 minutes, tail 128, from agentv's 10 gpt-5.4 requests alone; hk:
+#: gpt-5.6 10 minutes; agentv: gpt-5.5 45 minutes, the others 10).
 #:
-#: * Step and offset: all 6,050 recorded reads follow their family's rule
-#:   (tests/test_codex_cache.py): gpt-5-codex, 5.3, 5.4 and 5.5 read multiples of 128;
-#:   gpt-5.6 reads 256 more than a multiple of 512, never a multiple of 512. Reads start at
-#:   1,024 tokens (OpenAI's minimum).
-#: * Tail: the previous prompt is not read whole. Median (previous input - cached) on the
-#:   requests that only append to the previous one: gpt-5.4 -5 tokens (it often reads into
-#:   the previous response: 672 of 1,582 reads equal the previous input plus output, floored
-#:   to 128), 5.3 76, 5.5 304, 5.6 659. Fitted tails: 5.4 0, 5.5 256, 5.6 512.
+#: * Step and offset: the cache holds a prompt in whole chunks, at fixed positions, and a
+#:   later prompt reads the chunks it shares. gpt-5.5 reads 384 + k x 512 tokens (2,785
+#:   reads) and, from one source only, k x 512 (312: the 23 codex_exec review sessions of
+#:   git-sync, cli 0.139; every session keeps one of the two, so the offset is the
+#:   majority's): between consecutive reads every gain is a multiple of 512 (2,175 of
+#:   2,175), and on 92% of the gains it is floor(new tokens of the previous prompt / 512) x 512;
+#:   a previous prompt that added 512 tokens or fewer adds nothing to the next read (99% of
+#:   430). gpt-5.6 reads 768 + k x 1,024 (853 of 853; gains multiples of 1,024, 91% exactly
+#:   the whole chunks added). So both are plain floors to their chunk grid of the shared
+#:   prefix, step 512 / 1,024 with those offsets (the previous round's 128-token step with
+#:   a 256-token tail on gpt-5.5, 512 from 256 with a 512 tail on gpt-5.6, averaged this).
+#:   gpt-5-codex, 5.3 and 5.4 read multiples of 128, in every residue of 512: step 128.
+#:   Reads start at 1,024 tokens (OpenAI's minimum).
+#: * Tail: the last tokens of a prompt a later one cannot read (what the next prompt renders
+#:   differently). On gpt-5.6 with its grid, of the requests that only append to the
+#:   previous one, 97% read exactly the grid floor of the previous prompt less 128 (86%
+#:   less nothing, 93% less 64, 91% less 192); each of its two folders alone picks 128.
+#:   gpt-5.5 and the others: none (0 is best in sample and held out). gpt-5.4 reads into
+#:   the previous response instead (672 of 1,582 appending requests read the previous input
+#:   plus output floored to 128; more often the longer the output: none of 197 outputs under
+#:   50 tokens, 71-79% of those over 200), which a cache of prompts does not model.
 #: * Retention after the last use: hit rate (read >= half the context) after an idle gap
 #:   of 5-10 minutes 57% for gpt-5.4 (30 gaps), 86% for 5.5 (36); after 30-60 minutes 43%
-#:   (7) and 88% (8); after more than an hour 0 of 13 and 0 of 10. Fitted: 5.4 10 minutes,
-#:   5.5 45, 5.6 15 (few long gaps: 7), others 15 (gpt-5-codex and 5.3, 260 requests).
+#:   (7) and 88% (8); after more than an hour 0 of 13 and 0 of 10: not a sharp cut, so
+#:   the fit weighs misses both ways. Fitted: 5.4 60 minutes, 5.5 60, 5.6 15 (few long
+#:   gaps: 7), others 15 (gpt-5-codex and 5.3, 260 requests).
 #: * What breaks the prefix is the view's business: a model switch starts another cache
-#:   (one per model, simulator/replay.py); reasoning items dropped at a user turn and
-#:   compactions change the view (traces/codex.py). A hosted web search's results are
-#:   never resent, so the next read stops where they were (traces/codex.py).
+#:   (one per model, simulator/replay.py); reasoning items dropped at a user turn (all
+#:   models but gpt-5.6: traces/codex.py `REASONING_AT_USER_TURN`) and compactions change
+#:   the view. A hosted web search's results are never resent, so the next read stops
+#:   where they were (traces/codex.py).
 OPENAI_FAMILIES: list[tuple[str, OpenAIFamily]] = [
-    (r"gpt-5\.6", OpenAIFamily(15 * 60 * 1000, 512, 512, 256)),
-    (r"gpt-5\.5", OpenAIFamily(45 * 60 * 1000, 256, 128, 0)),
-    (r"gpt-5\.4", OpenAIFamily(10 * 60 * 1000, 0, 128, 0)),
+    (r"gpt-5\.6", OpenAIFamily(15 * 60 * 1000, 128, 1024, 768)),
+    (r"gpt-5\.5", OpenAIFamily(60 * 60 * 1000, 0, 512, 384)),
+    (r"gpt-5\.4", OpenAIFamily(60 * 60 * 1000, 0, 128, 0)),
     (r"", OpenAIFamily(15 * 60 * 1000, 0, 128, 0)),
 ]
 

@@ -4,6 +4,7 @@ step and offset rules on every real rollout in ../shared/traces/codex."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -58,9 +59,9 @@ def test_defaults_reproduce_plain_floor_to_step() -> None:
 @pytest.mark.parametrize(
     ("model", "family"),
     [
-        ("gpt-5.6-sol", OpenAIFamily(15 * MIN, 512, 512, 256)),
-        ("gpt-5.5", OpenAIFamily(45 * MIN, 256, 128, 0)),
-        ("gpt-5.4", OpenAIFamily(10 * MIN, 0, 128, 0)),
+        ("gpt-5.6-sol", OpenAIFamily(15 * MIN, 128, 1024, 768)),
+        ("gpt-5.5", OpenAIFamily(60 * MIN, 0, 512, 384)),
+        ("gpt-5.4", OpenAIFamily(60 * MIN, 0, 128, 0)),
         ("gpt-5-codex", OpenAIFamily(15 * MIN, 0, 128, 0)),
     ],
 )
@@ -72,13 +73,28 @@ def test_families(model: str, family: OpenAIFamily) -> None:
     assert cache.min_tokens == 1024
 
 
-def test_gpt_5_5_retention_and_tail() -> None:
+def test_gpt_5_5_reads_whole_chunks_and_retains_an_hour() -> None:
     cache = for_provider("openai", 1024, "gpt-5.5")
     cache.request(view((S, 2000)), [], 0)
-    # 40 minutes idle: still cached, but for the 256-token tail: 1,744 floored to 1,664.
-    assert cache.request(view((S, 2000), (M0, 100)), [], 40 * MIN) == Usage(436, 1664, 0, 0)
-    # 46 minutes after that use: gone.
-    assert cache.request(view((S, 2000), (M0, 100)), [], 86 * MIN) == Usage(2100, 0, 0, 0)
+    # 40 minutes idle: still cached, read to its chunk grid: 384 + 3 x 512 = 1,920.
+    assert cache.request(view((S, 2000), (M0, 100)), [], 40 * MIN) == Usage(180, 1920, 0, 0)
+    # That prompt added 100 tokens, under a chunk: the next read gains nothing.
+    b = view((S, 2000), (M0, 100), (M1, 300))
+    assert cache.request(b, [], 41 * MIN) == Usage(480, 1920, 0, 0)
+    # 2,400 cached now: one more chunk, 2,432 > 2,400, is not whole; 61 minutes on: gone.
+    assert cache.request(b, [], 42 * MIN) == Usage(480, 1920, 0, 0)
+    assert cache.request(b, [], 103 * MIN) == Usage(2400, 0, 0, 0)
+
+
+def test_gpt_5_6_reads_1024_chunks_short_of_a_128_token_tail() -> None:
+    cache = for_provider("openai", 1024, "gpt-5.6-sol")
+    cache.request(view((S, 4900)), [], 0)
+    # 4,900 - 128 = 4,772 readable: 768 + 3 x 1,024 = 3,840 (4,864 would reach the tail).
+    assert cache.request(view((S, 4900), (M0, 100)), [], MIN) == Usage(1160, 3840, 0, 0)
+    # 5,000 - 128 = 4,872 of that prompt: 4,864.
+    assert cache.request(view((S, 4900), (M0, 100), (M1, 10)), [], 2 * MIN) == Usage(
+        146, 4864, 0, 0
+    )
 
 
 def test_no_model_keeps_the_generic_openai_cache() -> None:
@@ -113,11 +129,30 @@ def _reads(path: Path) -> list[tuple[str, int]]:
 
 
 @pytest.mark.shared
-def test_recorded_reads_follow_the_step_and_offset_of_their_family() -> None:
+def test_recorded_reads_follow_the_chunk_grid_of_their_family() -> None:
+    """gpt-5-codex, 5.3, 5.4: multiples of 128. gpt-5.5 and 5.6: their chunk grid, one
+    offset per session (the family's, or, on gpt-5.5, 0: git-sync's review sessions), and
+    every gain between two reads of a session a whole number of chunks."""
     if not SHARED.is_dir():
         pytest.skip("../shared/traces is absent")
-    reads = [r for p in sorted((SHARED / "codex").rglob("*.jsonl")) for r in _reads(p)]
-    assert len(reads) > 5000
-    for model, cached in reads:
-        f = openai_family(model)
-        assert cached == 0 or (cached - f.offset) % f.step == 0, (model, cached)
+    files = sorted((SHARED / "codex").rglob("*.jsonl"))
+    n = other_offset = 0
+    for path in files:
+        by_model: dict[str, list[int]] = {}
+        for model, cached in _reads(path):
+            if cached:
+                by_model.setdefault(model, []).append(cached)
+        for model, reads in by_model.items():
+            n += len(reads)
+            f = openai_family(model)
+            residues = {(r - f.offset) % f.step for r in reads}
+            if f.step == 128:
+                assert residues == {0}, (model, residues)
+                continue
+            assert len(residues) == 1, (path.name, model, residues)
+            if residues != {0}:
+                assert "gpt-5.5" in model and residues == {f.step - f.offset}
+                other_offset += len(reads)
+            assert all((b - a) % f.step == 0 for a, b in itertools.pairwise(reads))
+    assert n > 5000
+    assert other_offset == 312

@@ -46,11 +46,13 @@ ordering, its first output item in the new one). The system prompt and tool sche
 in the rollout: the session prefix is inferred by anchoring from the first request.
 
 Reasoning: a ``reasoning`` item logs only a short summary (its real content is encrypted),
-so its THINKING block is sized from the request's ``reasoning_output_tokens``. OpenAI
-reasoning models stop counting the reasoning items that precede the latest user message,
-so THINKING blocks are hidden (``hidden_from``) from the request after the next user
-message on. Without this the real rollouts show unexplained context shrinks at every new
-user turn; with it, anchoring reproduces every recorded context exactly.
+so its THINKING block is sized from the request's ``reasoning_output_tokens``. Most OpenAI
+reasoning models drop the reasoning items that precede the latest user message, so THINKING
+blocks are hidden (``hidden_from``) from the request after the next user message on.
+Without this the real rollouts show unexplained context shrinks at every new user turn;
+with it, anchoring reproduces every recorded context exactly. gpt-5.6 keeps them (its
+contexts never shrink there): `REASONING_AT_USER_TURN` says which model does what, and for
+a model it does not know the session's own usage decides (`reasoning_kept`).
 
 Flags: user messages are HUMAN unless they are client-made context (``<environment_context>``,
 ``<user_instructions>``, AGENTS.md, ... see :data:`INJECTED_PREFIXES`); tool outputs are
@@ -188,6 +190,42 @@ USAGE_KEYS = (
     "reasoning_output_tokens",
     "total_tokens",
 )
+
+#: Whether a model keeps the reasoning that precedes a new user message in the context (True)
+#: or drops it (False); first match wins, a model none matches: None (see `reasoning_kept`).
+#:
+#: OpenAI reasoning models drop the reasoning items that precede the latest user message,
+#: but not every model does. In shared/traces/codex, at the first request after a user turn
+#: that follows reasoning, the context shrinks by about that reasoning (its context minus
+#: the previous context, the previous response and the raw tokens of the inputs since is
+#: below minus half the reasoning's tokens) on 82% of gpt-5.4 turns (157; git-sync, agentv),
+#: 84-100% of gpt-5.5 turns in every folder (171) and 86-91% of gpt-5-codex / 5.3 ones (25),
+#: and the cache read falls back to the turn's first prompt (before the dropped reasoning)
+#: on 142 of 200 gpt-5.5 user turns. On gpt-5.6 it shrinks on none of 50 turns in either
+#: folder (entirecontext 0.147: 35, hk 0.144: 15): the context grows by the new message
+#: (median 68 and 6 tokens beyond it), and the cache reads the previous prompt whole (hk:
+#: 10 of the 12 turns of several requests). Each folder alone gives the same rule.
+#: Dropping it on gpt-5.6 had cost entirecontext 9 of 299 matched requests and its corpus
+#: error +7.1% (now +0.1%), and hk's user turns read about half the context they did.
+REASONING_AT_USER_TURN: list[tuple[str, bool]] = [
+    (r"^gpt-5\.6", True),
+    (r"^gpt-5(-codex|\.[0-5](\D|$)|$|-)", False),
+]
+
+
+def reasoning_kept(model: str) -> bool | None:
+    """Whether `model` keeps earlier turns' reasoning in its context (None: unknown).
+
+    For a model the table does not know, the session's own turns vote: it keeps the
+    reasoning when more of its user turns grew by their new message than shrank by the
+    reasoning (one turn's evidence alone is noisy: the tokenizers differ on a long
+    message; git-sync 0.118 has a gpt-5.4 session whose turns vote 14 to 11 for keeping
+    while its cache reads show the drop)."""
+    for pattern, kept in REASONING_AT_USER_TURN:
+        if re.search(pattern, model):
+            return kept
+    return None
+
 
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$", re.MULTILINE)
 _READ_COMMANDS = frozenset(
@@ -472,10 +510,10 @@ class _RolloutReader:
     Output items are held until their response closes: by then the response's usage is
     known in both orderings, and the reasoning items can be sized from the recorded
     ``reasoning_output_tokens`` (their summaries are far shorter than what the model was
-    billed and later re-read). OpenAI reasoning models drop the reasoning items that precede
-    the latest user message from the context, so THINKING blocks are hidden from the request
-    after the next user message on (this explains the shrinks the rollouts show at a new
-    user turn).
+    billed and later re-read). Most OpenAI reasoning models drop the reasoning items that
+    precede the latest user message from the context, so their THINKING blocks are hidden
+    from the request after the next user message on (this explains the shrinks the rollouts
+    show at a new user turn); gpt-5.6 keeps them (`REASONING_AT_USER_TURN`).
     """
 
     def __init__(self, label: str, stem: str, data: bytes, problems: Problems, hasher: Hasher):
@@ -495,6 +533,7 @@ class _RolloutReader:
             "compactions": 0,
             "timestamps_clamped": 0,
             "context_window_changes": 0,
+            "reasoning_kept_at_user_turn": 0,
         }
         self.session_id = ""
         self.version = ""
@@ -522,7 +561,13 @@ class _RolloutReader:
         #: request: (previous context, previous output, its context, its inputs' texts).
         self.inputs: list[str] = []
         self.interval: tuple[int, int, int, list[str]] = (-1, 0, -1, [])
-        self.thinking: list[int] = []  # THINKING blocks not yet dropped by a user turn
+        #: THINKING blocks not yet dropped by a user turn: (block, tokens; 0 if unsized).
+        self.thinking: list[tuple[int, int]] = []
+        #: Reasoning a user turn may have dropped, waiting for the usage of the first request
+        #: after it (`_settle_drops`): (that request, its blocks, their tokens).
+        self.drops: list[tuple[int, list[int], int]] = []
+        #: ... and with that evidence: the request's context growth beyond its new inputs.
+        self.turns: list[tuple[int, list[int], int, int | None]] = []
         self.live_from = 0  # first block not yet compacted away by a recorded compaction
         self.task_items: int | None = None  # response items since the last task_started
         self.windows: dict[str, int] = {}  # model -> the first model_context_window logged
@@ -676,7 +721,7 @@ class _RolloutReader:
                 tokens=o.tokens,
             )
             if o.kind == Kind.THINKING:
-                self.thinking.append(idx)
+                self.thinking.append((idx, o.tokens or 0))
         self.run = -1
         self.run_owned = False
         self.run_blocks = []
@@ -795,11 +840,56 @@ class _RolloutReader:
         if self.run >= 0 and not self.run_owned:  # items-first ordering (newer Codex)
             self.requests[self.run].usage = usage
             self.requests[self.run].reasoning = reasoning
+            self._settle_drops(self.run)
             self._close_run()
             return
         self._close_run()
         self._flush_pending()  # two token_counts with no response between them
+        self._settle_drops(len(self.requests))
         self.pending = (usage, reasoning, ts)  # usage-first ordering (Codex <= 0.42)
+
+    def _settle_drops(self, owner: int) -> None:
+        """Record, for each user turn whose first request is `owner`, how that request's
+        context changed beyond its new inputs (the evidence `_apply_drops` weighs)."""
+        if not self.drops:
+            return
+        before, output, context, texts = self.interval
+        pending: list[tuple[int, list[int], int]] = []
+        for k, blocks, tokens in self.drops:
+            if k > owner:
+                pending.append((k, blocks, tokens))
+                continue
+            grown = None
+            if k == owner and before >= 0 and tokens > 0:
+                grown = context - before - output - sum(count_tokens(t) for t in texts)
+            self.turns.append((k, blocks, tokens, grown))
+        self.drops = pending
+
+    def _apply_drops(self) -> None:
+        """Hide the reasoning before each user turn from that turn on, for the models that
+        drop it (`REASONING_AT_USER_TURN`; a model it does not know: the session's turns
+        vote, see there)."""
+        self.drops, undecided = [], [(k, b, t, None) for k, b, t in self.drops]
+        turns = self.turns + undecided
+        votes: dict[str, list[int]] = {}
+        for k, _, tokens, grown in turns:
+            if grown is not None:
+                vote = votes.setdefault(self._model_of(k), [0, 0])
+                vote[0 if grown < -tokens // 2 else 1] += 1
+        for k, blocks, _, _ in turns:
+            model = self._model_of(k)
+            kept = reasoning_kept(model)
+            if kept is None:
+                shrank, grew = votes.get(model, [0, 0])
+                kept = grew > shrank
+            if kept:
+                self.stats["reasoning_kept_at_user_turn"] += 1
+                continue
+            for block in blocks:
+                self.b.hide(block, k)
+
+    def _model_of(self, k: int) -> str:
+        return self.requests[k].model if k < len(self.requests) else self.model or "unknown"
 
     # -- items --------------------------------------------------------------------------
 
@@ -841,9 +931,10 @@ class _RolloutReader:
         self.msg += 1
         flags = Flag.NONE
         if role == "user":
-            for block in self.thinking:  # the API drops reasoning before the latest user turn
-                self.b.hide(block, k)
-            self.thinking = []
+            if self.thinking:  # the reasoning before a user turn may be dropped
+                blocks = [b for b, _ in self.thinking]
+                self.drops.append((k, blocks, sum(t for _, t in self.thinking)))
+                self.thinking = []
             head = next((text for kind, text in parts if kind == Kind.TEXT), "")
             if human and not head.lstrip().startswith(INJECTED_PREFIXES):
                 flags = Flag.HUMAN
@@ -1068,6 +1159,7 @@ class _RolloutReader:
     def finish(self, token_cache: dict[int, int]) -> Session:
         self._close_run()
         self._flush_pending()
+        self._apply_drops()
         self.b.id = self.session_id or self.stem
         self.b.client = f"codex {self.version}".strip()
         last = 0

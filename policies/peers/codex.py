@@ -329,9 +329,16 @@ WINDOW_FRACTION_047 = 0.935
 #:   facts' window (`window_share`). The share is fitted on the 19 recorded automatic
 #:   compactions (how many the preset compacts within one request of), grid 0.90-0.97 by
 #:   0.005 (`python -m reports.codex_compactions ../shared/traces/codex --fit`): in sample
-#:   0.935 (12 of 19, the value here). Leave-one-source-out: agentv held out gets 0.93 (7
-#:   of its 12), fnox 0.935 (1 of 1), git-sync 0.935 (2 of 4), hk 0.935 (0 of 2): 10 of 19.
-#:   0.47-0.117 recorded no compaction: the share is the 0.118+ one.
+#:   0.935 (12 of 19, the value here). Leave-one-source-out: agentv held out gets 0.91 (5
+#:   of its 12), fnox 0.935 (1 of 1), git-sync 0.935 (2 of 4), hk 0.935 (0 of 2): 8 of 19
+#:   (10 before gpt-5.6 kept its reasoning, which moved hk's two rows).
+#:   0.47-0.117 recorded no compaction: the share is the 0.118+ one. Codex's own default
+#:   is 0.9 of the raw window (openai/codex#40095: 244,800 of 272,000, 94.7% of the logged
+#:   258,400); 0.935 of the logged window is 0.888 of the raw one. Neither reaches 90%: the
+#:   limits that would fire exactly at each recorded compaction (replaying it compacted
+#:   where the recording did) are narrow and disjoint, 0.807-0.957 of the raw window
+#:   (policies/calibration/codex.md), and the documented 0.9 gets 1 to 8 of 19 whatever
+#:   multiple of the earlier turns' reasoning is counted.
 #: * The count compared with the limit (0.140+, `count_dropped_reasoning`): codex-rs
 #:   ContextManager.get_total_token_usage is the last response's total plus an estimate of
 #:   what was added since, plus, where the server does not report reasoning as included,
