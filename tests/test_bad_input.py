@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,10 +91,12 @@ def _import(
     out = tmp_path / "out"
     out.mkdir()
     args = ["traces", "import", str(path), "--out", str(out), "--no-cache"]
-    return _cli(args + (["--lenient"] if lenient else []), tmp_path, monkeypatch), out
+    # damaged lines are skipped by default (issue 15): the strict cases ask for --strict
+    return _cli(args + (["--lenient"] if lenient else ["--strict"]), tmp_path, monkeypatch), out
 
 
 def _assert_cli_error(result: Result, out: Path, label: str, line: int, category: str) -> None:
+    """One line on stderr naming `label`, the file as the command line gave it."""
     assert result.exit_code == 2, result.output
     assert isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.stdout + result.stderr
@@ -187,7 +191,7 @@ def test_cli_import_strict_is_one_line_and_writes_nothing(
     case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     result, out = _import(BAD / case.fixture, tmp_path, monkeypatch, lenient=False)
-    _assert_cli_error(result, out, case.fixture, case.line, case.category)
+    _assert_cli_error(result, out, str(BAD / case.fixture), case.line, case.category)
 
 
 @pytest.mark.parametrize("case", _lenient_params())
@@ -247,7 +251,7 @@ def test_gzip_fixture_reports_the_same_line(
     assert (info.value.file, info.value.line, info.value.category) == (gz.name, 2, "invalid-json")
     assert _load(gz, lenient=True).skipped == {"invalid-json": 1}
     result, out = _import(gz, tmp_path, monkeypatch, lenient=False)
-    _assert_cli_error(result, out, gz.name, 2, "invalid-json")
+    _assert_cli_error(result, out, str(gz), 2, "invalid-json")
 
 
 def _random_bytes(path: Path) -> Path:
@@ -268,7 +272,7 @@ def test_all_binary_file_is_rejected_at_line_1(
         "unknown-format",
     )
     result, out = _import(path, tmp_path, monkeypatch, lenient=False)
-    _assert_cli_error(result, out, "garbage.jsonl", 1, "unknown-format")
+    _assert_cli_error(result, out, str(path), 1, "unknown-format")
 
 
 def test_all_binary_file_named_explicitly_is_an_error_even_when_lenient(
@@ -277,7 +281,7 @@ def test_all_binary_file_named_explicitly_is_an_error_even_when_lenient(
     """A file given on the command line must be a trace (traces/discover.py)."""
     path = _random_bytes(tmp_path / "garbage.jsonl")
     result, out = _import(path, tmp_path, monkeypatch, lenient=True)
-    _assert_cli_error(result, out, "garbage.jsonl", 1, "unknown-format")
+    _assert_cli_error(result, out, str(path), 1, "unknown-format")
 
 
 def test_all_binary_file_in_a_directory_is_passed_over(
@@ -335,7 +339,7 @@ def test_line_above_max_line_bytes_is_line_too_long(
     assert trace.skipped_at == [f"file#0:{TOOL_RESULT_LINE}"]
     assert trace.sessions[0].n_requests == 3
     result, out = _import(path, tmp_path, monkeypatch, lenient=False)
-    _assert_cli_error(result, out, "long.jsonl", TOOL_RESULT_LINE, "line-too-long")
+    _assert_cli_error(result, out, str(path), TOOL_RESULT_LINE, "line-too-long")
     (tmp_path / "lenient").mkdir()
     result, out = _import(path, tmp_path / "lenient", monkeypatch, lenient=True)
     assert result.exit_code == 0, result.output
@@ -367,8 +371,8 @@ def test_a_type_that_is_a_list_alone_is_an_unknown_format(
         out = tmp_path / f"out{lenient}"
         out.mkdir()
         args = ["traces", "import", str(path), "--out", str(out), "--no-cache"]
-        result = _cli(args + (["--lenient"] if lenient else []), tmp_path, monkeypatch)
-        _assert_cli_error(result, out, path.name, 1, "unknown-format")
+        result = _cli(args + (["--lenient"] if lenient else ["--strict"]), tmp_path, monkeypatch)
+        _assert_cli_error(result, out, str(path), 1, "unknown-format")
 
 
 def test_error_lines_quote_at_most_a_clip_of_the_value(
@@ -463,3 +467,135 @@ def test_usage_at_the_bounds_is_accepted() -> None:
     assert bounds.usage_problem(9_000_000, 1_000_000, 0, 0, 1_000_000) is None
     assert bounds.usage_problem(9_000_000, 1_000_000, 1, 0, 0) is not None
     assert bounds.usage_problem(0, 0, -1, 1, 0) is not None
+
+
+# -- the file system: names, permissions, special files (issue 17, R13-R16) ----------------
+
+
+def _one_line_error(result: Result, category: str) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.stdout + result.stderr
+    (message,) = result.stderr.splitlines()
+    assert message.startswith("error: ") and message.endswith(f"[{category}]"), message
+    return message
+
+
+def test_an_explicit_fifo_is_an_error_not_zero_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO named on the command line read as an empty directory: "0 trace(s)", exit 0."""
+    fifo = tmp_path / "f.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(TraceError) as info:
+        discover([fifo])
+    assert (info.value.file, info.value.category) == ("f.jsonl", "not-a-file")
+    result = _cli(
+        ["traces", "import", str(fifo), "--out", str(tmp_path / "o")], tmp_path, monkeypatch
+    )
+    _one_line_error(result, "not-a-file")
+
+
+def _deny(monkeypatch: pytest.MonkeyPatch, denied: Path) -> None:
+    """Opening `denied` fails as it does for a user without read permission (the suite may
+    run as root, whom chmod does not stop)."""
+    real = Path.open
+
+    def fake_open(self: Path, *args: object, **kwargs: object) -> object:
+        if self == denied:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "open", fake_open)
+
+
+def test_an_unreadable_file_in_a_directory_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R14: a PermissionError traceback. An error, not a skip: a directory read without one
+    of its sessions changes every total, and the line names the file to fix."""
+    folder = tmp_path / "t"
+    folder.mkdir()
+    shutil.copyfile(VALID, folder / "a.jsonl")
+    shutil.copyfile(VALID, folder / "b.jsonl")
+    _deny(monkeypatch, folder / "a.jsonl")
+    with pytest.raises(TraceError) as info:
+        discover([folder])
+    assert (info.value.file, info.value.category) == ("t/a.jsonl", "unreadable")
+    assert "Permission denied" in info.value.message
+    result = _cli(
+        ["traces", "import", str(folder), "--out", str(tmp_path / "o")], tmp_path, monkeypatch
+    )
+    assert "a.jsonl" in _one_line_error(result, "unreadable")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unreadable_subdirectory_is_not_skipped_silently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Path.rglob passes over a directory it may not list; the walk names it instead."""
+    folder = tmp_path / "t"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copyfile(VALID, folder / "b.jsonl")
+    shutil.copyfile(VALID, folder / "sub" / "a.jsonl")
+    real = os.scandir
+
+    def fake_scandir(path: object = ".") -> object:
+        if Path(os.fsdecode(path)) == folder / "sub":  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))  # type: ignore[arg-type]
+        return real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", fake_scandir)
+    with pytest.raises(TraceError) as info:
+        discover([folder])
+    assert (info.value.file, info.value.category) == ("t/sub", "unreadable")
+    assert str(tmp_path) not in str(info.value)
+
+
+def test_the_walk_finds_what_rglob_found(tmp_path: Path) -> None:
+    """The walk that replaced Path.rglob lists the same files in the same order, follows
+    file symlinks and not directory symlinks (rglob's behaviour)."""
+    root = tmp_path / "r"
+    for rel in ("b.jsonl", "a/x.jsonl", "a/b/y.jsonl.gz", "a-b/z.traj", "note.txt", "c/w.ctxt"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"{}")
+    (root / "link.jsonl").symlink_to(root / "b.jsonl")
+    (root / "dirlink").symlink_to(root / "a", target_is_directory=True)
+    expected = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and p.name.removesuffix(".gz").endswith(source_mod_suffixes())
+    )
+    found = [f.path for f in source_mod.iter_files(root, source_mod_suffixes())]
+    assert found == expected
+    assert root / "dirlink" / "x.jsonl" not in found
+
+
+def source_mod_suffixes() -> tuple[str, ...]:
+    from traces.discover import SUFFIXES
+
+    return SUFFIXES
+
+
+def test_the_compiled_bytes_of_naive_times_do_not_change_with_tz(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R12 end to end: a session whose times carry no zone compiles to the same bytes under
+    any machine zone (the compile cache keys on the source, so it must), and Codex reads a
+    naive time as UTC too."""
+    lines = [_valid_lines()[0], _valid_lines()[1]]
+    naive = [json.loads(line) for line in lines]
+    for row in naive:
+        row["timestamp"] = row["timestamp"].removesuffix("Z")
+        assert "+" not in row["timestamp"]
+    path = tmp_path / "naive.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in naive) + "\n")
+    seen = set()
+    for tz in ("UTC", "America/Los_Angeles", "Asia/Kolkata"):
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+        (unit,) = discover([path])
+        seen.add(load_unit(unit).compiled_bytes())
+        assert codex.parse_ts("2026-01-01T00:00:00") == 1_767_225_600_000
+    monkeypatch.delenv("TZ")
+    time.tzset()
+    assert len(seen) == 1

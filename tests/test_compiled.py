@@ -868,3 +868,50 @@ def test_a_table_that_decodes_far_beyond_its_size_is_refused(
     assert len(data) * 64 < n * 60
     with pytest.raises(TraceError, match="would decode to"):
         compiled.from_bytes(data, "bomb.ctxt")
+
+
+def test_a_string_column_bomb_is_refused_before_it_is_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows times the schema's width bounds a table only when its columns are the schema's:
+    a `tokens` column of strings, 200 rows of one 64 KiB value, stores in a few KB and
+    would decode to 13 MB. The column types are checked before anything is decoded."""
+    monkeypatch.setattr(compiled, "_DECODE_FREE", 1 << 20)
+    data = compiled.to_bytes(_sample())
+    table = pq.read_table(io.BytesIO(zipfile.ZipFile(io.BytesIO(data)).read("blocks.parquet")))
+    n = 200
+    columns = {name: pa.array(np.zeros(n, dtype=np.int64)) for name in table.schema.names}
+    columns["tokens"] = pa.array(["9" * 65_536] * n)
+    sink = io.BytesIO()
+    pq.write_table(pa.table(columns), sink, compression="zstd")
+    assert len(sink.getvalue()) * 64 < n * 65_536
+    crafted = _rezip(data, {"blocks.parquet": sink.getvalue()})
+
+    def no_decoding(*_: object, **__: object) -> None:
+        raise AssertionError("the table was decoded")
+
+    monkeypatch.setattr(pq.ParquetFile, "read", no_decoding)
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(crafted, "bomb.ctxt")
+    assert info.value.category == "compiled-schema"
+    assert str(info.value).startswith("bomb.ctxt: blocks.parquet: ")
+
+
+def test_a_zip_member_that_would_extract_far_beyond_the_file_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deflated meta.json padded with 8 MB of spaces (deflate shrinks it to 8 KB) is
+    refused from its declared size, before it is extracted."""
+    monkeypatch.setattr(compiled, "_DECODE_FREE", 1 << 20)
+    data = compiled.to_bytes(_sample())
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name in src.namelist():
+            raw = src.read(name)
+            zf.writestr(name, raw + b" " * (8 << 20) if name == "meta.json" else raw)
+    assert len(out.getvalue()) * 64 < 8 << 20
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(out.getvalue(), "bomb.ctxt")
+    assert info.value.category == "compiled-corrupt"
+    assert "meta.json would extract to" in str(info.value)

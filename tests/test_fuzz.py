@@ -6,9 +6,14 @@ a hostile one, a line cut, doubled, dropped or filled with bytes; for `.ctxt` fi
 value or a byte of the archive changed) and reads it strict and lenient. Every outcome must
 be one of:
 
-* a TraceError whose message is one line naming the file (and, for a JSONL line, that
-  line), of a category other than `internal-error` (a reader bug caught at the last moment);
+* a TraceError whose message is one line naming the file (and, for a JSONL line or a
+  SWE-agent element, a line of the file, the trajectory written indented or not), of a
+  category other than `internal-error` (a reader bug caught at the last moment);
 * a Trace whose every number is possible (traces/bounds.py), the skipped lines counted.
+
+One case in twenty instead compiles a source into a compile cache, damages the entry (bytes
+flipped or cut) and reads the source again through the cache: it must give the trace a
+fresh compile gives (the entry discarded and rebuilt, R18), never an error.
 
 Nothing else: no other exception, no case taking more than CASE_SECONDS. The suite runs
 DEFAULT_CASES cases from a fixed seed; `CTXSIM_FUZZ_SECONDS=600` runs fresh seeds for that
@@ -21,6 +26,7 @@ import io
 import json
 import os
 import random
+import shutil
 import signal
 import time
 import zipfile
@@ -38,6 +44,7 @@ import pytest
 from simulator.model import NEVER, Trace
 from traces import compiled
 from traces.bounds import MAX_CONTEXT_TOKENS, MAX_OUTPUT_TOKENS, MAX_TS_MS
+from traces.cache import CompileCache
 from traces.discover import discover
 from traces.errors import TraceError
 from traces.load import load_unit
@@ -172,8 +179,8 @@ def _mutate_traj(rng: random.Random, data: bytes) -> bytes:
             doc = json.loads(data)
         except ValueError:  # an earlier mutation cut it: cut again
             doc = None
-        if doc is not None:
-            return json.dumps(_mutate_json(rng, doc)).encode()
+        if doc is not None:  # indented or not: problems must name the line they are on
+            return json.dumps(_mutate_json(rng, doc), indent=rng.choice([None, 1, 2])).encode()
     cut = rng.randrange(len(data) + 1)
     return data[:cut]
 
@@ -286,9 +293,11 @@ def run_case(name: str, data: bytes, tmp: Path, lenient: bool) -> str:
             return f"FAIL internal-error: {text[:200]}"
         if "\n" in text or len(text) > 600 or not text.startswith(name):
             return f"FAIL error line: {text[:200]}"
-        located = path.suffix == ".jsonl" and exc.category not in LINE_FREE
+        located = path.suffix in (".jsonl", ".traj") and exc.category not in LINE_FREE
         if located and (not text.startswith(f"{name}:") or exc.line < 1):
             return f"FAIL no line: {text[:200]}"
+        if exc.line > data.count(b"\n") + 1:
+            return f"FAIL line past the end: {text[:200]}"
         return "error"
     except Hang:
         return "FAIL hang"
@@ -301,6 +310,40 @@ def run_case(name: str, data: bytes, tmp: Path, lenient: bool) -> str:
     if problem is not None:
         return f"FAIL impossible number: {problem}"
     return "accepted"
+
+
+def run_cache_case(rng: random.Random, name: str, data: bytes, tmp: Path) -> str:
+    """A source compiled into a compile cache whose entry is then damaged (bytes flipped or
+    cut, as a disk or a kill damages it): reading the source again through the cache must
+    give the trace a fresh compile gives, never an error (R18)."""
+    folder = tmp / "cached"
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_bytes(data)
+    cache = CompileCache(tmp / "cache", note=lambda _: None)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(CASE_SECONDS)
+    try:
+        (unit,) = discover([path])
+        fresh = load_unit(unit, cache=cache).trace
+        (entry,) = cache.directory.rglob("*.ctxt")
+        damaged = entry.read_bytes()
+        if rng.random() < 0.7:
+            damaged = _flip(rng, damaged)
+        else:
+            damaged = damaged[: rng.randrange(len(damaged))]
+        entry.write_bytes(damaged)
+        (unit,) = discover([path])
+        healed = load_unit(unit, cache=cache).trace
+    except Hang:
+        return "FAIL hang"
+    except Exception as exc:
+        return f"FAIL {type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        signal.alarm(0)
+        shutil.rmtree(tmp / "cache", ignore_errors=True)
+        path.unlink()
+    return "accepted" if healed.equals(fresh) else "FAIL the damaged entry was served"
 
 
 def fuzz(seed: int, cases: int | None, seconds: float | None, tmp: Path) -> dict[str, Any]:
@@ -318,6 +361,15 @@ def fuzz(seed: int, cases: int | None, seconds: float | None, tmp: Path) -> dict
     ):
         name, data = rng.choice(seeds)
         suffix = Path(name).suffix
+        if suffix != ".ctxt" and rng.random() < 0.05:
+            t0 = time.monotonic()
+            outcome = run_cache_case(rng, name, data, tmp)
+            slowest = max(slowest, time.monotonic() - t0)
+            outcomes[f"cache-entry {outcome.split(':')[0]}"] += 1
+            if outcome.startswith("FAIL"):
+                failures.append(f"case {n} (cache entry of {name}): {outcome}")
+            n += 1
+            continue
         mutated = data
         for _ in range(rng.choice([1, 1, 1, 2, 3])):
             mutated = MUTATORS[suffix](rng, mutated)
@@ -356,6 +408,7 @@ def test_fuzz_readers_and_compiled_loader(tmp_path: Path) -> None:
     # The mutations must reach both outcomes for every kind of file, or they test nothing.
     kinds = {k.rsplit(" ", 1)[1] for k in figures["outcomes"]}
     assert {"error", "accepted"} <= kinds, figures["outcomes"]
+    assert figures["outcomes"].get("cache-entry accepted", 0) > 0, figures["outcomes"]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".traj", ".ctxt"])

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from simulator.model import BLOCK_COLUMNS, REQUEST_COLUMNS
-from traces import compiled
-from traces.load import load_unit, units
+from traces import compiled, swe_agent
+from traces.load import TOOL_NAMES_ENV, load_unit, units
 
 PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{8,}")
 CONTENT_KEYS = {"content", "text", "thinking", "input", "cwd", "output", "arguments", "data"}
@@ -132,8 +132,17 @@ def test_compiled_traces_hold_no_content(shared: Path) -> None:
             if r in blob and not any(r in a or a in r for a in allowed if len(a) >= 4)
         ]
         assert not leaks, (unit.label, sorted(leaks)[:5])
+        for session in item.trace.sessions:
+            assert not [t for t in session.tools if not _private_tool(t, unit.format)], unit.label
         checked += 1
     assert checked > 80
+
+
+def _private_tool(name: str, fmt: str) -> bool:
+    """A tool name an output may carry: no MCP server name, no shell command word."""
+    if name.startswith("mcp__"):
+        return re.fullmatch(r"mcp__[0-9a-f]{8}", name) is not None
+    return fmt != "swe-agent" or name in swe_agent.OWN_COMMANDS
 
 
 def test_planted_secret_does_not_survive(tmp_path: Path) -> None:
@@ -178,6 +187,98 @@ def test_planted_secret_does_not_survive(tmp_path: Path) -> None:
     decoded = _decoded_bytes(blob)
     for i in range(len(secret) - 7):
         assert secret[i : i + 8].encode() not in decoded
+
+
+def _claude_with_tools(path: Path, tools: list[str]) -> Path:
+    """A two-line Claude Code session whose one call uses each of `tools` in turn."""
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "user",
+            "uuid": "u1",
+            "parentUuid": None,
+            "sessionId": "s1",
+            "timestamp": "2026-01-01T00:00:00Z",
+            "message": {"role": "user", "content": "go"},
+        },
+        {
+            "type": "assistant",
+            "uuid": "a1",
+            "parentUuid": "u1",
+            "sessionId": "s1",
+            "timestamp": "2026-01-01T00:00:05Z",
+            "message": {
+                "id": "m1",
+                "model": "claude-sonnet-4-5-20250929",
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"t{i}", "name": name, "input": {}}
+                    for i, name in enumerate(tools)
+                ],
+                "usage": {"input_tokens": 100, "output_tokens": 20},
+            },
+        },
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def _tool_of_each_block(path: Path) -> tuple[list[str], list[str | None]]:
+    (unit,) = units([path])
+    (session, *_) = load_unit(unit).trace.sessions
+    tools = session.tools
+    return tools, [tools[t] if t >= 0 else None for t in session.blocks["tool"].tolist()]
+
+
+def test_mcp_tool_names_leave_no_server_name(tmp_path: Path) -> None:
+    """`mcp__<server>__<tool>` names the user's MCP server (issue 17): compiled, it is
+    `mcp__` + a keyed hash, distinct per tool, and the built-in names stay."""
+    server = "mcp__acme-payroll-prod__run_query"
+    other = "mcp__acme-payroll-prod__list_tables"
+    src = _claude_with_tools(tmp_path / "s1.jsonl", [server, "Read", other, server])
+    tools, per_block = _tool_of_each_block(src)
+    assert len(tools) == 3 and tools[1] == "Read"
+    assert all(re.fullmatch(r"mcp__[0-9a-f]{8}", t) for t in (tools[0], tools[2]))
+    assert per_block[-4:] == [tools[0], "Read", tools[2], tools[0]]
+    (unit,) = units([src])
+    decoded = _decoded_bytes(compiled.to_bytes(load_unit(unit).trace))
+    assert b"acme" not in decoded and b"payroll" not in decoded
+
+
+def test_tool_names_are_kept_when_the_user_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TOOL_NAMES_ENV, "clear")
+    server = "mcp__acme-payroll-prod__run_query"
+    tools, _ = _tool_of_each_block(_claude_with_tools(tmp_path / "s1.jsonl", [server, "Read"]))
+    assert tools == [server, "Read"]
+
+
+def test_swe_agent_shell_words_are_classed_as_bash(tmp_path: Path) -> None:
+    """A SWE-agent "tool" was the first word of each shell command (`acme-deploy`, `curl`):
+    compiled, a shell command is `bash` and SWE-agent's own commands keep their names; the
+    blocks of merged names point at the one `bash`."""
+    doc = {
+        "history": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": "a", "action": "acme-deploy --prod\n"},
+            {"role": "user", "content": "done"},
+            {"role": "assistant", "content": "b", "action": "open src/x.py\n"},
+            {"role": "user", "content": "shown"},
+            {"role": "assistant", "content": "c", "action": "curl http://x\n"},
+            {"role": "user", "content": "ok"},
+            {"role": "assistant", "content": "d", "action": "submit\n"},
+        ]
+    }
+    src = tmp_path / "run.traj"
+    src.write_text(json.dumps(doc))
+    tools, per_block = _tool_of_each_block(src)
+    assert tools == ["bash", "open", "submit"]
+    # each action's tool_use, then its observation's tool_result; `submit` has none
+    uses = ["bash", "bash", "open", "open", "bash", "bash", "submit"]
+    assert [t for t in per_block if t is not None] == uses
+    decoded = _decoded_bytes(compiled.to_bytes(load_unit(units([src])[0]).trace))
+    assert b"acme-deploy" not in decoded and b"curl" not in decoded
 
 
 if __name__ == "__main__":

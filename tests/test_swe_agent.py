@@ -314,3 +314,58 @@ def test_real_trajectory(path: Path | None) -> None:
     assert trace.stats["messages_ignored"] == 0
     api_calls = trace.stats.get("model_api_calls", 0)
     assert api_calls in (0, s.n_requests, s.n_requests + 1)
+
+
+# -- problems located on their line (issue 17: every SWE-agent error said line 1) -------------
+
+
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [
+        ("not an object", "wrong-type"),
+        ({"role": "wizard", "content": "x, [y]: {z}"}, "unknown-type"),
+        ({"role": "user", "content": 17}, "wrong-type"),
+    ],
+)
+def test_a_bad_message_of_an_indented_trajectory_names_its_line(
+    message: Any, category: str
+) -> None:
+    """json.dumps(indent=2) of _doc_with: `{`, `"history": [`, then the system message
+    (4 lines: `{`, role, content, `},`) and the user message (4 more) put the third
+    element, an object or a bare string, on line 11."""
+    data = json.dumps(_doc_with(message), indent=2).encode()
+    with pytest.raises(TraceError) as err:
+        _read_bytes(data, "runs/bad.traj")
+    assert (err.value.line, err.value.category) == (11, category)
+    trace = _read_bytes(data, "runs/bad.traj", lenient=True)
+    assert trace.skipped_at == ["file#0:11"]
+
+
+def test_lines_of_keys_and_elements_survive_brackets_and_quotes_in_strings() -> None:
+    data = (
+        b'{\n "note": "a [ { , \\" ] }",\n "history": [\n  "s1",\n'
+        b'  {"content": "],[,{"},\n\n  [1, [2, 3]],\n  4\n ],\n "info": {"x": [1]}\n}\n'
+    )
+    lines = swe_agent._Lines(data)
+    assert [lines.element("history", i) for i in range(4)] == [4, 5, 7, 8]
+    assert (lines.key("note"), lines.key("history"), lines.key("info")) == (2, 3, 10)
+    assert lines.element("history", 4) == 3  # no such element: the array's own line
+    assert lines.key("absent") == 1
+    empty = swe_agent._Lines(b'{\n "history": [\n ]\n}')
+    assert empty.element("history", 0) == 2
+
+
+def test_a_bad_info_names_its_line() -> None:
+    data = b'{\n  "history": [],\n  "info": []\n}\n'
+    with pytest.raises(TraceError) as err:
+        _read_bytes(data, "runs/bad.traj")
+    assert (err.value.line, err.value.category) == (3, "wrong-type")
+
+
+def test_a_bad_step_of_an_indented_trajectory_names_its_line() -> None:
+    steps = [{"action": "ls", "observation": "x", "response": "y"}, {"action": 3}]
+    data = json.dumps({"trajectory": steps}, indent=1).encode()
+    # `{`, `"trajectory": [`, the first step on lines 3-7, the second's `{` on line 8
+    with pytest.raises(TraceError) as err:
+        _read_bytes(data, "runs/bad.traj")
+    assert (err.value.line, err.value.category) == (8, "wrong-type")

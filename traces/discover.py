@@ -27,7 +27,16 @@ from typing import IO, Any, cast
 import orjson
 
 from traces.errors import TraceError
-from traces.source import GZIP_MAGIC, ImportUnit, SourceFile, iter_files
+from traces.source import (
+    GZIP_MAGIC,
+    INCOMPLETE,
+    INCOMPLETE_MARKER,
+    INCOMPLETE_MESSAGE,
+    ImportUnit,
+    SourceFile,
+    iter_files,
+    shown,
+)
 
 SUFFIXES = (".jsonl", ".json", ".traj", ".ctxt")
 CODEX_TYPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
@@ -50,12 +59,22 @@ _AGENT = re.compile(r"^agent-(?P<id>[A-Za-z0-9_-]+)\.jsonl(\.gz)?$")
 
 
 def _open(f: SourceFile) -> IO[bytes]:
-    """The file for reading, gunzipped when it is gzip (by content, not by name)."""
-    fh = f.path.open("rb")
-    if fh.read(2) == GZIP_MAGIC:
-        fh.close()
-        return cast(IO[bytes], gzip.open(f.path, "rb"))
-    fh.seek(0)
+    """The file for reading, gunzipped when it is gzip (by content, not by name).
+
+    A file that cannot be opened is a TraceError naming it (R14: a file the user may not
+    read, met in a directory, was a PermissionError traceback). It is an error, not a
+    counted skip: leaving one session out of a directory changes every total the run
+    prints, which a user who named the directory does not expect; the message says which
+    file to fix, or to leave out by naming the readable ones.
+    """
+    try:
+        fh = f.path.open("rb")
+        if fh.read(2) == GZIP_MAGIC:
+            fh.close()
+            return cast(IO[bytes], gzip.open(f.path, "rb"))
+        fh.seek(0)
+    except OSError as exc:
+        raise TraceError(f.label, 0, "unreadable", f"cannot read file: {exc.strerror}") from None
     return fh
 
 
@@ -167,12 +186,17 @@ def discover_all(paths: list[Path]) -> tuple[list[ImportUnit], list[str]]:
     files: list[tuple[SourceFile, bool]] = []
     for p in paths:
         if not p.exists():
-            raise TraceError(str(p.name), 0, "not-found", "no such file or directory")
+            raise TraceError(shown(p.name), 0, "not-found", "no such file or directory")
+        if not p.is_file() and not p.is_dir():  # a FIFO would block, or read as "0 traces"
+            raise TraceError(
+                shown(p.name), 0, "not-a-file", "not a regular file or directory (FIFO, device?)"
+            )
         files.extend((f, p.is_file()) for f in iter_files(p, SUFFIXES))
     units: list[ImportUnit] = []
     not_traces: list[str] = []
     claude: list[tuple[SourceFile, ClaudeHead]] = []
     seen: set[Path] = set()
+    incomplete: dict[Path, bool] = {}
     for f, explicit in files:
         key = f.path.resolve()
         if key in seen:  # the same file given twice (a directory and a file in it)
@@ -185,6 +209,8 @@ def discover_all(paths: list[Path]) -> tuple[list[ImportUnit], list[str]]:
                 raise
             not_traces.append(f.label)
             continue
+        if fmt == "compiled" and _incomplete(f.path.parent, incomplete):
+            raise TraceError(f.label, 0, INCOMPLETE, INCOMPLETE_MESSAGE)
         if fmt == "claude-code":
             claude.append((f, claude_head(f)))
         else:
@@ -192,6 +218,13 @@ def discover_all(paths: list[Path]) -> tuple[list[ImportUnit], list[str]]:
     units.extend(_group_claude(claude))
     units.sort(key=lambda u: u.label)
     return units, not_traces
+
+
+def _incomplete(directory: Path, known: dict[Path, bool]) -> bool:
+    """Whether `directory` holds the marker of an unfinished import (traces/load.py)."""
+    if directory not in known:
+        known[directory] = (directory / INCOMPLETE_MARKER).exists()
+    return known[directory]
 
 
 def _group_claude(files: list[tuple[SourceFile, ClaudeHead]]) -> list[ImportUnit]:

@@ -35,7 +35,8 @@ class Problems:
     def report(self, file: str, line: int, category: str, message: str) -> None:
         """Raise a TraceError, or (lenient) record that the offending input was skipped."""
         if not self.lenient:
-            raise TraceError(file, line, category, message + " (use --lenient to skip and count)")
+            hint = " (without --strict it is skipped and counted)"
+            raise TraceError(file, line, category, message + hint)
         self.counts[category] = self.counts.get(category, 0) + 1
         self.where.append(f"{file}:{line}" if line > 0 else file)
         self.messages.append(f"{self.where[-1]}: {message} [{category}]")

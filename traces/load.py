@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import orjson
+import numpy as np
 
-from simulator.model import Trace
+from simulator.model import BLOCK_COLUMNS, Columns, Trace
 from traces import claude_code, codex, compiled, swe_agent
 from traces.cache import CompileCache
 from traces.discover import discover, discover_all
 from traces.errors import Problems, TraceError
-from traces.source import ImportUnit
+from traces.source import ImportUnit, shown
 
 Reader = Callable[[ImportUnit, list[bytes], Problems], Trace]
+
+#: Set to `clear` to keep tool names as recorded (see `private_tool_names`).
+TOOL_NAMES_ENV = "CTXSIM_TOOL_NAMES"
 
 READERS: dict[str, Reader] = {
     "claude-code": claude_code.read,
@@ -30,8 +34,11 @@ READERS: dict[str, Reader] = {
 class Loaded:
     """A compiled trace, where it came from, and whether the compile cache had it.
 
-    A cache hit is decoded only when `.trace` is first used: copying a compiled file (what
-    `traces import` does) needs its bytes, not its arrays.
+    A trace read from a compiled file (a cache hit, an imported `.ctxt`) remembers the file
+    and a hash of its bytes: `traces import` then copies those very bytes instead of
+    encoding the trace again (issue 16). A cache hit is checked when found (every zip
+    member's CRC and meta.json, traces/compiled.py `check`) and decoded only when `.trace`
+    is first used; should decoding fail even so, `rebuild` compiles the source again.
     """
 
     def __init__(
@@ -41,56 +48,73 @@ class Loaded:
         *,
         trace: Trace | None = None,
         path: Path | None = None,
+        source_sha: bytes | None = None,
         cached: bool = False,
         problems: list[str] | None = None,
-        skipped: dict[str, int] | None = None,
+        meta: dict[str, Any] | None = None,
+        rebuild: Callable[[str], Trace] | None = None,
     ) -> None:
-        if trace is None and path is None:
-            raise ValueError("a Loaded needs a trace or a compiled file")
+        if trace is None and (path is None or meta is None):
+            raise ValueError("a Loaded needs a trace, or a checked compiled file")
         self.label = label
         self.name = name  # a file name for its compiled form, free of directory names
         self.cached = cached
         self.problems = problems or []
         self._trace = trace
         self._path = path
+        self._source_sha = source_sha
+        self._rebuild = rebuild
         self._data: bytes | None = None
+        counts = meta if trace is None else {"skipped": trace.skipped, "stats": trace.stats}
+        assert counts is not None
         #: What --lenient skipped, by category (known without decoding a cache hit).
-        self.skipped = dict(trace.skipped if trace is not None else skipped or {})
+        self.skipped: dict[str, int] = dict(counts["skipped"])
+        self._stats: dict[str, int] = dict(counts["stats"])
 
     @property
     def stats(self) -> dict[str, int]:
-        """The reader's counters (lines read, metadata lines, copied calls...), read from
-        meta.json alone for a cache hit not yet decoded."""
-        if self._trace is not None or self._path is None:
-            return dict(self.trace.stats)
-        return _meta_stats(self._path)
+        """The reader's counters (lines read, metadata lines, copied calls...)."""
+        return dict(self._stats)
 
     @property
     def trace(self) -> Trace:
         if self._trace is None:
             assert self._path is not None
-            self._trace = compiled.read(self._path, self.label)
+            try:
+                self._trace = compiled.read(self._path, self.label)
+            except TraceError as exc:
+                if self._rebuild is None:
+                    raise
+                self._trace = self._rebuild(exc.message)
+                self._path = self._source_sha = None
+                self.cached = False
         return self._trace
 
     def compiled_bytes(self) -> bytes:
-        """The compiled file's bytes (identical whether compiled now or taken from cache)."""
+        """The compiled file's bytes: the file's own while it holds the bytes that were
+        checked (so a copy out of the cache encodes nothing again, and carries nothing that
+        failed its check, R18), else the trace encoded (the same bytes, same pyarrow)."""
+        if self._path is not None and self._source_sha is not None:
+            try:
+                data = self._path.read_bytes()
+            except OSError:
+                data = b""
+            if hashlib.sha256(data).digest() == self._source_sha:
+                return data
         if self._data is None:
-            if self._trace is None and self._path is not None:
-                return self._path.read_bytes()
             self._data = compiled.to_bytes(self.trace)
         return self._data
 
 
-def _meta_stats(path: Path) -> dict[str, int]:
+def _read_compiled(path: Path, label: str) -> tuple[Trace, bytes]:
+    """A compiled file decoded, and the sha256 of the bytes it was decoded from."""
     try:
-        with zipfile.ZipFile(path) as zf:
-            meta = orjson.loads(zf.read(compiled.META))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile, orjson.JSONDecodeError):
-        return {}
-    stats = meta.get("stats") if isinstance(meta, dict) else None
-    if not isinstance(stats, dict):
-        return {}
-    return {str(k): v for k, v in stats.items() if isinstance(v, int)}
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(
+            label, 0, compiled.UNREADABLE, f"cannot read file: {exc.strerror}"
+        ) from None
+    return compiled.from_bytes(data, label), hashlib.sha256(data).digest()
 
 
 #: Reader counters of lines skipped as having no bearing on the context: Claude Code's
@@ -160,32 +184,42 @@ def named_traces(items: Iterable[Loaded]) -> list[tuple[str, Trace]]:
 
 
 def compiled_name(unit: ImportUnit, digest: str) -> str:
-    stem = unit.files[0].path.name.split(".")[0]
+    stem = shown(unit.files[0].path.name).split(".")[0]
     return f"{stem}-{digest[:12]}.ctxt"
 
 
 def load_unit(
     unit: ImportUnit, *, lenient: bool = False, cache: CompileCache | None = None
 ) -> Loaded:
-    """Compile one import unit (or take it from the cache); raise TraceError on bad input."""
+    """Compile one import unit (or take it from the cache); raise TraceError on bad input.
+
+    A cache entry is checked here (every zip member's CRC, meta.json): one that fails (a
+    CRC error in a table, a truncated file: R18) is discarded with a note and the source
+    compiled again, so a damaged cache never stops a command nor reaches `traces import
+    --out`; one that passes but fails to decode is rebuilt when decoded (`Loaded.trace`).
+    """
     if unit.format == "compiled":
         path = unit.files[0].path
-        return Loaded(unit.label, path.name, trace=compiled.read(path, unit.label), cached=True)
+        trace, sha = _read_compiled(path, unit.label)
+        name = shown(path.name)
+        return Loaded(unit.label, name, trace=trace, path=path, source_sha=sha, cached=True)
     paths = [f.path for f in unit.files]
+    clear = clear_tool_names()
+    if clear:  # the cache holds the private names only
+        cache = None
     if cache is not None:
         known = cache.remembered(paths)
-        hit = cache.lookup(known, lenient=lenient) if known else None
-        if known and hit is not None:
-            name = compiled_name(unit, known)
-            return Loaded(unit.label, name, path=hit[0], cached=True, skipped=hit[1])
+        if known:
+            hit = _cached(cache, known, unit, lenient)
+            if hit is not None:
+                return hit
     contents = [f.read() for f in unit.files]
-    digest = unit.digest(contents)
-    name = compiled_name(unit, digest)
+    digest, key = unit.fingerprint(contents)
     if cache is not None:
         cache.remember(paths, digest)
-        hit = cache.lookup(digest, lenient=lenient)
+        hit = _cached(cache, digest, unit, lenient)
         if hit is not None:
-            return Loaded(unit.label, name, path=hit[0], cached=True, skipped=hit[1])
+            return hit
     problems = Problems(lenient=lenient)
     try:
         trace = READERS[unit.format](unit, contents, problems)
@@ -197,10 +231,87 @@ def load_unit(
         ) from exc
     finally:
         unit.forget()
-    loaded = Loaded(unit.label, name, trace=trace, problems=problems.messages)
+    if not clear:
+        private_tool_names(trace, key)
+    loaded = Loaded(
+        unit.label, compiled_name(unit, digest), trace=trace, problems=problems.messages
+    )
     if cache is not None:
-        cache.put(trace, loaded.compiled_bytes())
+        cache.store(trace, loaded.compiled_bytes())
     return loaded
+
+
+def clear_tool_names() -> bool:
+    """Whether the user asked for tool names as recorded ($CTXSIM_TOOL_NAMES=clear)."""
+    return os.environ.get(TOOL_NAMES_ENV, "").strip().lower() == "clear"
+
+
+def _tool_name(name: str, fmt: str, key: bytes) -> str:
+    if name.startswith("mcp__"):
+        tag = hashlib.blake2b(name.encode(), key=key, person=b"ctxsim-tool", digest_size=4)
+        return f"mcp__{tag.hexdigest()}"
+    if fmt == "swe-agent" and name not in swe_agent.OWN_COMMANDS:
+        return "bash"
+    return name
+
+
+def private_tool_names(trace: Trace, key: bytes) -> None:
+    """Replace, in place, the tool names that tell about the user rather than the agent.
+
+    An MCP tool's name (`mcp__<server>__<tool>`, Claude Code) names the user's MCP server
+    and often their product or employer (../shared/traces: `mcp__plugin_serena_serena__*`,
+    `mcp__codebase-memory-mcp__*`, ...); it becomes `mcp__` + 8 hex of a BLAKE2b keyed with
+    the unit's hashing key (traces/source.py), so the tools of one trace stay apart and a
+    guess cannot be confirmed without the source. A SWE-agent "tool" that is the first word
+    of a shell command (`curl`, `tshark`, a project's script) becomes `bash`; SWE-agent's own
+    commands stay (swe_agent.OWN_COMMANDS). Issue 17. No policy keys on either kind of name
+    (they key on the agents' built-in tools: Bash, Read, skill...), so replay is unchanged.
+    Names that become equal are merged and the blocks' `tool` indices follow.
+    """
+    for session in trace.sessions:
+        names = [_tool_name(t, trace.format, key) for t in session.tools]
+        if names == session.tools:
+            continue
+        unique = list(dict.fromkeys(names))
+        index = np.array([unique.index(n) for n in names] or [0], dtype=np.int32)
+        tool = session.blocks["tool"]
+        remapped = np.where(tool >= 0, index[np.maximum(tool, 0)], -1).astype(np.int32)
+        session.blocks = Columns(BLOCK_COLUMNS, {**session.blocks.data, "tool": remapped})
+        session.tools = unique
+
+
+def _cached(cache: CompileCache, digest: str, unit: ImportUnit, lenient: bool) -> Loaded | None:
+    """The cache's compilation of `unit` (whose bytes have `digest`), checked, or None."""
+    hit = cache.lookup(digest, lenient=lenient, label=unit.label)
+    if hit is None:
+        return None
+    path = hit[0]
+    try:
+        data = path.read_bytes()
+        meta = compiled.check(data, unit.label)
+    except OSError as exc:
+        cache.discard(digest, unit.label, f"cannot read it: {exc.strerror}")
+        return None
+    except TraceError as exc:
+        cache.discard(digest, unit.label, exc.message)
+        return None
+    if meta["source_digest"] != digest:  # the entry changed since it was looked up
+        cache.discard(digest, unit.label, "it names another source")
+        return None
+
+    def rebuild(why: str) -> Trace:
+        cache.discard(digest, unit.label, why)
+        return load_unit(unit, lenient=lenient, cache=cache).trace
+
+    return Loaded(
+        unit.label,
+        compiled_name(unit, digest),
+        path=path,
+        source_sha=hashlib.sha256(data).digest(),
+        cached=True,
+        meta=meta,
+        rebuild=rebuild,
+    )
 
 
 def load(
@@ -255,20 +366,31 @@ class ImportSummary:
 def import_into(loaded: Iterator[Loaded] | list[Loaded], out: Path) -> ImportSummary:
     """Write compiled traces into `out`, all or nothing.
 
-    Everything is compiled before the first file is written, so bad input stops the run
-    with `out` untouched; each file is written atomically. An empty source (counted under
-    --lenient) has nothing to write.
+    Everything is compiled (or found in the cache and checked) before the first file is
+    written, so bad input stops the run with `out` untouched; each file is written
+    atomically. While files are written `out` holds compiled.INCOMPLETE_MARKER, which every
+    reader refuses (traces/discover.py): an import killed half-way leaves a set that no
+    command takes for a whole one (issue 17) until an import into `out` completes. An
+    empty source (counted under --lenient) has nothing to write.
     """
     items = list(loaded)
     summary = ImportSummary()
-    out.mkdir(parents=True, exist_ok=True)
-    for item in items:
-        summary.skipped_problems += sum(item.skipped.values())
-        if "empty-file" in item.skipped:
-            summary.empty_files += 1
-            continue
-        # Atomic (rename) but not fsynced: a crash may lose a file, never leave half of one.
-        compiled.write_bytes(item.compiled_bytes(), out / item.name, durable=False)
-        summary.written += 1
-        summary.from_cache += item.cached
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        marker = out / compiled.INCOMPLETE_MARKER
+        marker.write_bytes(b"")
+        for item in items:
+            summary.skipped_problems += sum(item.skipped.values())
+            if "empty-file" in item.skipped:
+                summary.empty_files += 1
+                continue
+            # Atomic (rename), not fsynced: a crash may lose a file, never leave half of one.
+            compiled.write_bytes(item.compiled_bytes(), out / item.name, durable=False)
+            summary.written += 1
+            summary.from_cache += item.cached
+        marker.unlink()
+    except OSError as exc:  # R15: an unwritable --out is one line, not a traceback
+        raise TraceError(
+            shown(out.name) or ".", 0, "unwritable", f"cannot write: {exc.strerror}"
+        ) from None
     return summary

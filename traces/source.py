@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,11 @@ from traces.bounds import clip
 from traces.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
+#: Present in a directory while `traces import` writes into it (traces/load.py import_into):
+#: the compiled files there are not yet a complete set, and every reader refuses them.
+INCOMPLETE_MARKER = ".ctxsim-import-incomplete"
+INCOMPLETE = "incomplete-import"
+INCOMPLETE_MESSAGE = "a `traces import` into this directory did not finish; import again"
 #: Largest source file read, plain or decompressed: 20 times the largest transcript in
 #: ../shared/traces (under 50 MB), and under the int32 reach of the `chars` column.
 MAX_SOURCE_BYTES = 1 << 30
@@ -118,13 +124,46 @@ class ImportUnit:
         self._memo = None
 
 
+def shown(name: str) -> str:
+    """A file name as messages, labels and compiled names carry it: valid UTF-8 always. A
+    name that is not UTF-8 (Python holds its bytes as surrogates, which no encoder takes:
+    R13) shows each undecodable byte as `\\xNN`."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+    return name
+
+
 def iter_files(root: Path, suffixes: tuple[str, ...]) -> Iterator[SourceFile]:
-    """Files under `root` (or `root` itself) with one of `suffixes` (optionally + .gz)."""
+    """Files under `root` (or `root` itself) with one of `suffixes` (optionally + .gz).
+
+    A directory that cannot be listed is a TraceError naming it, never a silent gap in the
+    corpus (issue 17: an unreadable subdirectory was skipped without a word). Directory
+    symlinks are not followed, file symlinks are.
+    """
     if root.is_file():
-        yield SourceFile(root, root.name)
+        yield SourceFile(root, shown(root.name))
         return
-    base = root
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    base = root.parent
+
+    def refuse(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else root
+        try:
+            label = str(where.relative_to(base))
+        except ValueError:
+            label = where.name
+        raise TraceError(
+            shown(label), 0, "unreadable", f"cannot read directory: {exc.strerror}"
+        ) from None
+
+    found: list[Path] = []
+    for top, _dirs, names in os.walk(root, onerror=refuse):
+        if INCOMPLETE_MARKER in names:
+            label = shown(str(Path(top).relative_to(base)))
+            raise TraceError(label, 0, INCOMPLETE, INCOMPLETE_MESSAGE)
+        found.extend(Path(top, n) for n in names)
+    for path in sorted(p for p in found if p.is_file()):
         name = path.name[:-3] if path.name.endswith(".gz") else path.name
         if name.endswith(suffixes):
-            yield SourceFile(path, str(path.relative_to(base.parent)))
+            yield SourceFile(path, shown(str(path.relative_to(base))))

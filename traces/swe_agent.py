@@ -42,6 +42,7 @@ the offending message is skipped and counted.
 
 from __future__ import annotations
 
+import bisect
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -61,16 +62,130 @@ from traces.builder import (
 )
 from traces.codex import shell_file_access
 from traces.errors import Problems
-from traces.source import ImportUnit
+from traces.source import ImportUnit, shown
 from traces.tokens import count_tokens
 
 #: Synthetic clock: milliseconds between two consecutive requests (request 0 is at 0).
 STEP_MS = 10_000
 #: A command's first word becomes the tool name only if it looks like a command name.
 _COMMAND_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_+-]{0,23}$")
+#: SWE-agent's own commands (its tool bundles: defaults/windowed, search, edit_anthropic,
+#: submit, filemap, EnIGMA's debug/connect/decompile tools) and its function-calling
+#: `bash`: tool names that say what the agent did and nothing about the user's work. Any
+#: other first word of a command (`cat`, `python`, a project's own script) is a shell
+#: command, named `bash` in outputs unless the user asks for the words (traces/load.py).
+OWN_COMMANDS = frozenset(
+    {
+        "bash",
+        "open",
+        "goto",
+        "scroll_up",
+        "scroll_down",
+        "create",
+        "edit",
+        "insert",
+        "append",
+        "search_dir",
+        "search_file",
+        "find_file",
+        "filemap",
+        "str_replace_editor",
+        "set_cursors",
+        "submit",
+        "exit_forfeit",
+        "decompile",
+        "disassemble",
+        "debug_start",
+        "debug_add_breakpoint",
+        "debug_continue",
+        "debug_step",
+        "debug_exec",
+        "debug_stop",
+        "connect_start",
+        "connect_sendline",
+        "connect_exec",
+        "connect_stop",
+    }
+)
 #: Commands of SWE-agent's file viewer/editor and what they do to the open file.
 _VIEW_COMMANDS = frozenset({"goto", "scroll_up", "scroll_down"})
 _EDIT_COMMANDS = frozenset({"edit", "insert", "append"})
+
+
+#: A JSON string (the unrolled form is linear in its length) or one structural character.
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},:]')
+_NON_SPACE = re.compile(rb"\S")
+#: Top-level arrays whose elements problems are located in.
+_LOCATED_ARRAYS = (b"history", b"trajectory")
+
+
+class _Lines:
+    """The 1-based line of a trajectory's top-level keys and of the elements of its
+    `history` / `trajectory` arrays, so that a problem names the line it is on (a .traj is
+    one JSON document, usually indented: issue 17, "SWE-agent errors always point at line
+    1"). Found by one scan of the bytes, made only when a first problem is reported."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._scanned = False
+        self._keys: dict[bytes, int] = {}
+        self._elements: dict[bytes, list[int]] = {}
+        self._newlines: list[int] = []
+
+    def key(self, name: str) -> int:
+        """The line of the top-level key `name` (1 when absent)."""
+        self._scan()
+        at = self._keys.get(name.encode())
+        return 1 if at is None else self._line(at)
+
+    def element(self, array: str, index: int) -> int:
+        """The line where element `index` of the top-level array `array` starts."""
+        self._scan()
+        starts = self._elements.get(array.encode(), [])
+        if not 0 <= index < len(starts):
+            return self.key(array)
+        found = _NON_SPACE.search(self._data, starts[index])
+        return self._line(found.start() if found else starts[index])
+
+    def _line(self, offset: int) -> int:
+        return bisect.bisect_right(self._newlines, offset) + 1
+
+    def _scan(self) -> None:
+        if self._scanned:
+            return
+        self._scanned = True
+        data = self._data
+        self._newlines = [m.start() for m in re.finditer(rb"\n", data)]
+        depth = 0
+        last: tuple[int, int] | None = None  # the last string at depth 1 (a key, if ':' follows)
+        current: bytes | None = None  # the top-level key whose value is being read
+        inside: list[int] | None = None  # element starts of the located array being read
+        for m in _JSON_TOKEN.finditer(data):
+            c = data[m.start()]
+            if c == 0x22:  # '"'
+                if depth == 1:
+                    last = (m.start(), m.end())
+            elif c == 0x3A:  # ':'
+                if depth == 1 and last is not None:
+                    current = data[last[0] + 1 : last[1] - 1]
+                    self._keys.setdefault(current, last[0])
+            elif c in (0x7B, 0x5B):  # '{' '['
+                depth += 1
+                if depth == 2 and c == 0x5B and current in _LOCATED_ARRAYS:
+                    inside = self._elements.setdefault(current, [])
+                    inside.append(m.end())
+            elif c in (0x7D, 0x5D):  # '}' ']'
+                if depth == 2 and inside is not None:
+                    after = _NON_SPACE.search(data, inside[-1])
+                    if after is not None and after.start() == m.start():
+                        inside.pop()  # `[]`: the array has no element
+                    inside = None
+                depth -= 1
+            elif c == 0x2C:  # ','
+                if depth == 2 and inside is not None:
+                    inside.append(m.end())
+                elif depth == 1:
+                    current = None
 
 
 class _BadMessage(Exception):
@@ -215,6 +330,7 @@ class _TrajReader:
     def __init__(self, label: str, stem: str, problems: Problems, hasher: Hasher) -> None:
         self.label = label
         self.problems = problems
+        self.lines = _Lines(b"")
         self.b = SessionBuilder(hasher, id=stem, kind="main", client="swe-agent")
         self.s = _State()
         self.model = "unknown"
@@ -231,6 +347,7 @@ class _TrajReader:
     # -- whole document -----------------------------------------------------------------
 
     def read(self, data: bytes) -> None:
+        self.lines = _Lines(data)
         if not data.strip():
             self._report(1, "empty-file", "file is empty")
             return
@@ -257,24 +374,25 @@ class _TrajReader:
             self._report(1, "missing-field", "trajectory has neither 'history' nor 'trajectory'")
             return
         if not isinstance(history, list):
-            self._report(1, "wrong-type", "'history' is not a list")
+            self._report(self.lines.key("history"), "wrong-type", "'history' is not a list")
             return
-        for m in history:
+        for i, m in enumerate(history):
             self.stats["messages"] += 1
             try:
                 self._message(m)
             except _BadMessage as bad:
                 self.stats["messages_ignored"] += 1
-                self._report(1, bad.category, bad.message)
+                self._report(self.lines.element("history", i), bad.category, bad.message)
             except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
                 # A structure no check foresaw: still a located report, never a traceback.
                 self.stats["messages_ignored"] += 1
-                self._report(1, "malformed", f"unexpected structure ({type(exc).__name__})")
+                line = self.lines.element("history", i)
+                self._report(line, "malformed", f"unexpected structure ({type(exc).__name__})")
 
     def _meta(self, doc: dict[str, Any]) -> None:
         info = doc.get("info")
         if info is not None and not isinstance(info, dict):
-            self._report(1, "wrong-type", "'info' is not an object")
+            self._report(self.lines.key("info"), "wrong-type", "'info' is not an object")
             info = None
         if info:
             version = info.get("swe_agent_version")
@@ -282,7 +400,8 @@ class _TrajReader:
                 self.b.client = f"swe-agent {version}"
             stats = info.get("model_stats")
             if stats is not None and not isinstance(stats, dict):
-                self._report(1, "wrong-type", "'info.model_stats' is not an object")
+                line = self.lines.key("info")
+                self._report(line, "wrong-type", "'info.model_stats' is not an object")
             elif stats:
                 for key in ("api_calls", "tokens_sent", "tokens_received"):
                     v = stats.get(key)
@@ -464,7 +583,7 @@ class _TrajReader:
 
     def _steps(self, steps: list[Any]) -> None:
         """No history: each trajectory step is a response with its action and observation."""
-        for step in steps:
+        for i, step in enumerate(steps):
             self.stats["messages"] += 1
             try:
                 if not isinstance(step, dict):
@@ -483,7 +602,7 @@ class _TrajReader:
                     self._observation({}, observation, [])
             except _BadMessage as bad:
                 self.stats["messages_ignored"] += 1
-                self._report(1, bad.category, bad.message)
+                self._report(self.lines.element("trajectory", i), bad.category, bad.message)
 
     def finish(self, token_cache: dict[int, int]) -> Session:
         if self.b.prefix_tokens is None:
@@ -501,7 +620,7 @@ def read(unit: ImportUnit, contents: list[bytes], problems: Problems) -> Trace:
     sessions: list[Session] = []
     stats: dict[str, int] = {}
     for f, data in zip(unit.files, contents, strict=True):
-        stem = f.path.name.split(".")[0]
+        stem = shown(f.path.name).split(".")[0]
         reader = _TrajReader(f.label, stem, problems, hasher)
         try:
             reader.read(data)
