@@ -18,19 +18,20 @@ from typing import Any
 
 import polars as pl
 
+from simulator.files import StagedDir
 from simulator.outputs import (
+    CHARTS_DIR,
+    CHARTS_INDEX,
     MANIFEST_FILE,
+    REPORT_FILE,
     REQUESTS_FILE,
     SESSIONS_FILE,
     has_loss,
     policy_summary,
 )
+from simulator.run import listed_charts
 
-REPORT_FILE = "report.html"
-CHARTS_DIR = "charts"
-#: The charts a report wrote, one name per line (relative to the run directory): the only
-#: files a later report may remove. Anything else under charts/ is the user's.
-CHARTS_INDEX = f"{CHARTS_DIR}/index.txt"
+__all__ = ["CHARTS_DIR", "CHARTS_INDEX", "REPORT_FILE", "ReportError", "build_report"]
 #: Sessions that get a chart of their own (the most eventful, then the longest).
 SESSION_CHARTS = 12
 #: Rows of the session table shown; the rest are in sessions.parquet.
@@ -147,13 +148,39 @@ def summary_cells(
     ]
 
 
-def _summary_table(requests: pl.DataFrame, recorded: float | None) -> str:
-    """One row per policy spec (never a sum across policies: each replays the same work)."""
+#: The mark of a policy with failed (overflowing) calls, as in the terminal tables
+#: (reports/tables.py OVERFLOW_MARK).
+FAILED_MARK = "!"
+
+
+def _marked(policy: str, overflows: int | None) -> str:
+    return f"{policy} {FAILED_MARK}" if overflows else policy
+
+
+def _summary_table(requests: pl.DataFrame, recorded: float | None) -> tuple[str, str]:
+    """One row per policy spec (never a sum across policies: each replays the same work),
+    and the note on the specs whose calls failed (a policy that overflows must not read as
+    the cheapest or the one that loses least: its figures are of refused requests)."""
+    summary = policy_summary(requests)
     rows = [
-        summary_cells(r["policy"], r["params_hash"], r, recorded)
-        for r in policy_summary(requests).iter_rows(named=True)
+        summary_cells(_marked(r["policy"], r["overflows"]), r["params_hash"], r, recorded)
+        for r in summary.iter_rows(named=True)
     ]
-    return _table(SUMMARY_HEADER, rows, left=2)
+    failed = [
+        f"{r['policy']} ({r['overflows']:,} of {r['calls']:,} calls)"
+        for r in summary.iter_rows(named=True)
+        if r["overflows"]
+    ]
+    note = ""
+    if failed:
+        note = (
+            f"{FAILED_MARK} Failed calls: {'; '.join(failed)} sent a prompt larger than the "
+            "model's context window. The provider refuses such a request and bills nothing, "
+            "so each is priced $0 here; the harness would have had to retry or compact. "
+            "Their dollars, cache hit ratio and loss figures describe requests that "
+            "failed: they are not the cheapest or the most faithful, they did not run."
+        )
+    return _table(SUMMARY_HEADER, rows, left=2), note
 
 
 def _defaults(name: str) -> dict[str, Any] | None:
@@ -192,58 +219,84 @@ def _policies_table(manifest: dict[str, Any]) -> str:
     return _table(["policy", "version", "params hash", "parameters"], rows, 4, "params")
 
 
-SESSION_HEADER = (
-    "trace",
-    "#",
-    "session",
-    "policy",
-    "requests",
-    "compactions",
-    "overflows",
-    "trips",
-    "context max",
-    "cost",
-    "cache hit",
-    "human kept",
-    "stale refs",
-)
+#: Figures of each policy spec in the session table, one group of columns per spec (short
+#: headers: four specs must fit the page; the summary and sessions.parquet have the rest).
+SESSION_FIGURES = ("cost", "compact", "overflow")
 
 
 def _sessions_table(sessions: pl.DataFrame) -> tuple[str, str]:
-    """The session table (largest cost first, at most SESSION_ROWS) and a note on cuts."""
-    from reports.charts import short_id
+    """The session table pivoted by policy: one row per session (the costliest under any
+    spec first, at most SESSION_ROWS), one group of columns per spec, so a reader compares
+    policies along a row and never reads a sum across them; and a note on cuts."""
+    from reports.charts import short_id, spec_labels
 
-    shown = sessions.sort(
-        ["cost_total", "trace", "session_index", "policy", "params_hash"],
-        descending=[True, False, False, False, False],
-        nulls_last=True,
-    ).head(SESSION_ROWS)
+    specs = sorted({(r["policy"], r["params_hash"]) for r in sessions.iter_rows(named=True)})
+    labels = spec_labels(specs)
+    keys = ["trace", "session_index", "session"]
+    order = (
+        sessions.group_by(keys)
+        .agg(pl.col("cost_total").max().alias("top"), pl.col("requests").max())
+        .sort(["top", *keys], descending=[True, False, False, False], nulls_last=True)
+    )
+    shown = order.head(SESSION_ROWS)
+    cells: dict[tuple[str, int, str, str, str], dict[str, Any]] = {
+        (r["trace"], r["session_index"], r["session"], r["policy"], r["params_hash"]): r
+        for r in sessions.iter_rows(named=True)
+    }
     rows = []
-    for r in shown.iter_rows(named=True):
-        rows.append(
-            [
-                short_id(r["trace"], 30),
-                str(r["session_index"]),
-                short_id(r["session"], 24),
-                r["policy"],
-                _count(r["requests"]),
-                _count(r["compactions"]),
-                _count(r["overflows"]),
-                _count(r["breaker_trips"]),
-                _tokens(r["context_max"]),
+    for s in shown.iter_rows(named=True):
+        row = [
+            short_id(s["trace"], 24),
+            str(s["session_index"]),
+            short_id(s["session"], 16),
+            _count(s["requests"]),
+        ]
+        for policy, params_hash in specs:
+            r = cells.get((s["trace"], s["session_index"], s["session"], policy, params_hash))
+            if r is None:
+                row += ["-"] * len(SESSION_FIGURES)
+                continue
+            overflows = _count(r["overflows"]) + (f" {FAILED_MARK}" if r["overflows"] else "")
+            row += [
                 _dollars(r["cost_total"], r["unpriced_calls"]),
-                _percent(r["cache_hit_ratio"]),
-                _percent(r.get("human_verbatim_share")),
-                _count(r.get("stale_file_refs")),
+                _count(r["compactions"]),
+                overflows,
             ]
-        )
+        rows.append(row)
+    head_top = "".join(
+        f'<th class="l" rowspan="2">{escape(h)}</th>' for h in ("trace", "#", "session")
+    )
+    head_top += '<th class="n" rowspan="2">requests</th>'
+    head_top += "".join(
+        f'<th class="group" colspan="{len(SESSION_FIGURES)}">{escape(labels[spec])}</th>'
+        for spec in specs
+    )
+    head_sub = "".join(
+        f'<th class="n{" first" if i == 0 else ""}">{escape(f)}</th>'
+        for _ in specs
+        for i, f in enumerate(SESSION_FIGURES)
+    )
+    width = len(SESSION_FIGURES)
+
+    def cell(i: int, text: str) -> str:
+        if i < 3:
+            return f'<td class="l">{escape(text)}</td>'
+        first = i >= 4 and (i - 4) % width == 0
+        return f'<td class="n{" first" if first else ""}">{escape(text)}</td>'
+
+    body = "\n".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows)
+    table = (
+        '<div class="scroll"><table class="sessions">\n'
+        f"<thead><tr>{head_top}</tr>\n<tr>{head_sub}</tr></thead>\n"
+        f"<tbody>\n{body}\n</tbody>\n</table></div>"
+    )
     note = ""
-    if sessions.height > shown.height:
+    if order.height > shown.height:
         note = (
-            f"The {shown.height} costliest of {sessions.height} session rows; "
+            f"The {shown.height} costliest of {order.height} sessions; "
             "sessions.parquet has them all."
         )
-    return _table(SESSION_HEADER, rows, left=4), note
+    return table, note
 
 
 def _img(data: bytes, alt: str) -> str:
@@ -316,12 +369,26 @@ th { background: #f4f4f4; white-space: normal; vertical-align: bottom; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 td.l, th.l { text-align: left; }
 table.params td:nth-child(4) { white-space: normal; }
+th.group { text-align: center; border-left: 2px solid #ccc; }
+td.first, th.first { border-left: 2px solid #ccc; }
 div.scroll { overflow-x: auto; max-width: 100%; }
 figure { margin: 12px 0 20px; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 12px; color: #555; max-width: 900px; }
 .grid { display: flex; flex-wrap: wrap; gap: 8px 24px; align-items: flex-start; }
+p.failed { background: #fff4e5; border-left: 4px solid #e08a00; padding: 6px 10px; }
 dl { font-size: 12px; } dt { font-weight: bold; } dd { margin: 0 0 6px 16px; }
 """
+
+
+def _prices_fact(manifest: dict[str, Any]) -> str:
+    """The price table and the day its rates date from (simulator/outputs.py prices_date),
+    not the far-future pricing instant the manifest's `prices` names."""
+    prices = str(manifest.get("prices", "prices unknown"))
+    day = manifest.get("prices_date")
+    if not day:
+        return prices
+    table = prices.split(" as of ", 1)[0]
+    return f"prices: {table}, its newest rates (in force from {day})"
 
 
 def render(
@@ -335,7 +402,7 @@ def render(
     traces = manifest.get("traces", [])
     facts = [
         f"ctxsim {manifest.get('ctxsim_version', '?')}",
-        str(manifest.get("prices", "prices unknown")),
+        _prices_fact(manifest),
         f"seed {manifest.get('seed', '?')}",
         f"cache model {manifest.get('cache', '?')}",
         f"{len(traces)} trace(s)",
@@ -354,15 +421,23 @@ def render(
         f'<p class="facts">{escape(" · ".join(facts))}</p>',
         "<h2>Policies</h2>",
         _policies_table(manifest),
-        "<h2>Summary</h2>",
-        _summary_table(requests, manifest.get("recorded_cost")),
     ]
+    summary, failed_note = _summary_table(requests, manifest.get("recorded_cost"))
+    parts += ["<h2>Summary</h2>", summary]
+    if failed_note:
+        parts.append(f'<p class="failed">{escape(failed_note)}</p>')
     unpriced = int(requests["cost_total"].null_count())
     if unpriced:
         parts.append(f"<p>* dollars leave out {unpriced:,} call(s) whose model has no price.</p>")
     if not has_loss(requests):
         parts.append("<p>This run's rows carry no loss proxies (made by an older ctxsim).</p>")
-    parts.append('<h2>Charts</h2><div class="grid">')
+    parts.append("<h2>Charts</h2>")
+    if failed_note:
+        parts.append(
+            f'<p class="failed">{FAILED_MARK} The bars of a policy with failed calls count '
+            "those calls at $0 and their views as sent: read them as failed, not as best.</p>"
+        )
+    parts.append('<div class="grid">')
     for name, data in run_charts.items():
         title, caption = CAPTIONS.get(name, (name, ""))
         parts.append(_figure(data, title, caption))
@@ -409,14 +484,16 @@ def build_report(
     if requests.is_empty():
         raise ReportError(f"{run_dir.name or run_dir}: the run has no request rows")
     files: dict[str, bytes] = {}
+    keys = charts.session_keys(requests, session_limit)
+    # One call for every session chart, before the run's charts are drawn: with many,
+    # worker processes start on them meanwhile (reports/charts.py session_charts).
+    drawn = charts.session_charts(requests, manifest, keys)
     per_run = charts.run_charts(requests)
     for name, data in per_run.items():
         files[f"{CHARTS_DIR}/{name}"] = data
-    keys = charts.session_keys(requests, session_limit)
     chosen = progress(keys) if progress is not None else keys
     pngs = []
-    for key in chosen:
-        ((name, data),) = charts.session_charts(requests, manifest, [key])
+    for key, (name, data) in zip(chosen, drawn, strict=True):
         files[f"{CHARTS_DIR}/{name}"] = data
         pngs.append((key, name, data))
     page = render(requests, sessions, manifest, per_run, pngs)
@@ -426,47 +503,13 @@ def build_report(
     return files
 
 
-def _check_no_links(run_dir: Path, name: str) -> None:
-    """Refuse to write or delete through a symbolic link below the run directory: a linked
-    charts/ would make a report write, or remove, files outside --out."""
-    path = run_dir
-    for part in Path(name).parts[:-1]:
-        path = path / part
-        if path.is_symlink():
-            raise ReportError(
-                f"{run_dir.name or run_dir}: {path.relative_to(run_dir)} is a symbolic link; "
-                "a report writes only inside its run directory"
-            )
-
-
-def stale_charts(run_dir: Path, keep: Iterable[str]) -> list[Path]:
-    """Charts an earlier report of this run directory wrote (CHARTS_INDEX) that this one
-    does not write again (an earlier run's sessions): removed so the directory shows one
-    run. Files ctxsim did not write are never touched, nor anything through a link."""
-    wanted = set(keep)
-    for name in wanted:
-        _check_no_links(run_dir, name)
-    index = run_dir / CHARTS_INDEX
-    if not index.is_file() or index.is_symlink():
-        return []
-    try:
-        listed = index.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return []
-    stale = []
-    for name in listed:
-        parts = Path(name).parts
-        if (
-            not name.endswith(".png")
-            or name in wanted
-            or len(parts) < 2
-            or parts[0] != CHARTS_DIR
-            or ".." in parts
-            or Path(name).is_absolute()
-        ):
-            continue
-        _check_no_links(run_dir, name)
-        path = run_dir / name
-        if path.is_file() and not path.is_symlink():
-            stale.append(path)
-    return sorted(stale)
+def write_report(run_dir: Path, files: dict[str, bytes]) -> None:
+    """Put a report's files into its run directory as one unit (simulator/files.py
+    StagedDir): the earlier report's page, index and charts are replaced, the run's data
+    and anything ctxsim did not write are kept, and nothing is written or removed through
+    a symbolic link (a linked charts/ is refused: R19)."""
+    with StagedDir(run_dir) as stage:
+        replaced = {REPORT_FILE, CHARTS_INDEX} | listed_charts(stage.out)
+        for name in sorted(files):
+            stage.write(name, files[name])
+        stage.commit(replaced)

@@ -18,6 +18,7 @@ import hashlib
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
@@ -30,12 +31,20 @@ import polars as pl
 from simulator.model import Trace
 from simulator.policy import PolicySpec
 from simulator.pricing import PriceBook
-from simulator.replay import COST_COLUMNS
+from simulator.replay import COST_COLUMNS, default_prices
 
 REQUESTS_FILE = "requests.parquet"
 SESSIONS_FILE = "sessions.parquet"
 MANIFEST_FILE = "manifest.json"
 EDITS_FILE = "edits.parquet"
+#: Every file name a run's data may have; an earlier run's are all replaced by the next.
+RUN_FILES = (REQUESTS_FILE, SESSIONS_FILE, EDITS_FILE, MANIFEST_FILE)
+#: The report a run or `ctxsim report` draws beside the data (reports/html.py).
+REPORT_FILE = "report.html"
+CHARTS_DIR = "charts"
+#: The charts a report wrote, one name per line (relative to the run directory): the only
+#: files under charts/ a later run or report may replace. Anything else there is the user's.
+CHARTS_INDEX = f"{CHARTS_DIR}/index.txt"
 
 #: Total order of request rows: one row per (trace, session, request, call, policy spec).
 REQUEST_ORDER = ("trace", "session_index", "request", "call", "policy", "params_hash")
@@ -101,6 +110,35 @@ def rules_versions() -> dict[str, str]:
     }
 
 
+def prices_date(book: PriceBook) -> str | None:
+    """The day the run's price table dates from: the newest start date of a dated price
+    (genai-prices `StartDateConstraint`) in force at the book's pricing instant, ISO format.
+
+    genai-prices records no snapshot date; its prices carry the day each change takes
+    effect, so the newest one in force is the first day every rate used holds (a
+    PriceBook's default instant takes the newest prices, so for genai-prices 0.2.3 this is
+    2027-01-01, a scheduled Gemini change). The manifest's `prices` field, "as of
+    9999-12-31", names that instant, which no reader takes for a date (issue 15). None when
+    no price is dated."""
+    return _newest_dated_price(book.as_of.date())
+
+
+@functools.cache
+def _newest_dated_price(as_of: date) -> str | None:
+    from genai_prices.data import providers
+    from genai_prices.types import StartDateConstraint
+
+    dated = [
+        conditional.constraint.start_date
+        for provider in providers
+        for model in provider.models
+        for conditional in (model.prices if isinstance(model.prices, list) else [])
+        if isinstance(conditional.constraint, StartDateConstraint)
+    ]
+    in_force = [d for d in dated if d <= as_of]
+    return max(in_force).isoformat() if in_force else None
+
+
 def parquet_bytes(frame: pl.DataFrame) -> bytes:
     """The frame as Parquet bytes; equal frames give equal bytes."""
     buf = io.BytesIO()
@@ -120,11 +158,57 @@ def json_bytes(obj: Any) -> bytes:
     return data + b"\n"
 
 
+#: Request times as written: a UTC timestamp in milliseconds (Parquet TIMESTAMP(MILLIS,
+#: UTC)), which pyarrow, polars, DuckDB and pandas all read as a time (issue 15: int64
+#: milliseconds read as a number everywhere).
+TIMESTAMP = pl.Datetime("ms", "UTC")
+
+
+def as_written(frame: pl.DataFrame) -> pl.DataFrame:
+    """Replay rows with their time as a timestamp: `ts_ms` (int64 ms since the epoch, the
+    engine's) becomes `ts` in its place; a frame that has `ts` already is returned as is."""
+    if "ts_ms" not in frame.columns:
+        return frame
+    ts = pl.col("ts_ms").cast(pl.Int64).cast(TIMESTAMP).alias("ts")
+    return frame.select(ts if c == "ts_ms" else pl.col(c) for c in frame.columns)
+
+
+#: Columns a failed call does not bill: the provider refuses a prompt above the model's
+#: window before it processes a token (see `bill_failed`).
+BILLED_COLUMNS = (*TOKEN_COLUMNS, *COST_COLUMNS, "resent_tokens")
+
+
+def bill_failed(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows of a policy's replay with `failed` set and failed calls billed nothing.
+
+    A call is failed when its view exceeds the model's window (`overflow`): Anthropic's API
+    answers such a prompt with a 400 "prompt is too long" and OpenAI's with
+    "context_length_exceeded", and neither bills the rejected request; Claude Code blocks a
+    request above its blocking limit before sending it (policies/claude_code/policy.py).
+    So a failed row keeps `context_tokens` (what the policy tried to send) and its loss
+    proxies (what that view held), but its billed tokens, its dollars and its re-sent
+    tokens are 0. The work is not done for free: the harness would have to retry or
+    compact, which the replay does not model, so a policy with overflows is flagged in
+    every summary (reports/METRICS.md, Failed calls) instead of scoring cheap."""
+    if "failed" in frame.columns or "overflow" not in frame.columns:
+        return frame
+    failed = pl.col("overflow").fill_null(False)
+    billed = [c for c in BILLED_COLUMNS if c in frame.columns]
+    zeroed = [
+        pl.when(failed).then(pl.lit(0, frame.schema[c])).otherwise(pl.col(c)).alias(c)
+        for c in billed
+    ]
+    out = frame.with_columns(*zeroed, failed.alias("failed"))
+    order = list(frame.columns)
+    order.insert(order.index("overflow") + 1, "failed")
+    return out.select(order)
+
+
 def request_rows(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
-    """All policies' replay frames as one frame, in the canonical row order."""
+    """All policies' replay frames as one frame, in the canonical row order, as written."""
     if not frames:
         raise ValueError("no replay frames")
-    return pl.concat(list(frames), how="vertical").sort(list(REQUEST_ORDER))
+    return as_written(pl.concat(list(frames), how="vertical").sort(list(REQUEST_ORDER)))
 
 
 def edit_rows(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
@@ -197,6 +281,7 @@ def _edit_aggs(requests: pl.DataFrame) -> list[pl.Expr]:
 
 def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per trace x session x policy spec, aggregated from the request rows."""
+    requests = as_written(requests)
     frame = requests.group_by(list(SESSION_KEYS)).agg(
         pl.col("model").unique().sort().str.join(",").alias("models"),
         (pl.col("kind") == "request").sum().cast(pl.Int64).alias("requests"),
@@ -208,7 +293,10 @@ def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
         _INPUT.sum().cast(pl.Int64).alias("input_tokens"),
         *(pl.col(c).sum().cast(pl.Int64) for c in TOKEN_COLUMNS),
         pl.col("context_tokens").max().cast(pl.Int64).alias("context_max"),
-        ((pl.col("ts_ms").max() - pl.col("ts_ms").min()) / 1000.0).alias("duration_s"),
+        pl.col("ts").min().alias("start"),
+        ((pl.col("ts").max() - pl.col("ts").min()).dt.total_milliseconds() / 1000.0).alias(
+            "duration_s"
+        ),
         *(_sum_or_null(c) for c in COST_COLUMNS),
         pl.col("cost_total").null_count().cast(pl.Int64).alias("unpriced_calls"),
         *_loss_aggs(has_loss(requests)),
@@ -230,6 +318,7 @@ def session_rows(requests: pl.DataFrame) -> pl.DataFrame:
         *TOKEN_COLUMNS,
         "context_max",
         "cache_hit_ratio",
+        "start",
         "duration_s",
         *COST_COLUMNS,
         "unpriced_calls",
@@ -331,10 +420,11 @@ def build_run(
     lenient: bool,
     edits: Sequence[pl.DataFrame] = (),
     prices: PriceBook | None = None,
+    refetch: bool = False,
 ) -> RunOutputs:
     """Every output of a run, as frames and as the exact bytes to write (edits.parquet
     when `edits` holds the policies' edit tables)."""
-    requests = request_rows(frames)
+    requests = request_rows([bill_failed(f) for f in frames])
     sessions = session_rows(requests)
     files = {REQUESTS_FILE: parquet_bytes(requests), SESSIONS_FILE: parquet_bytes(sessions)}
     edit_table = edit_rows(edits) if edits else None
@@ -344,10 +434,12 @@ def build_run(
     manifest: dict[str, Any] = {
         "ctxsim_version": ctxsim_version(),
         "prices": prices_version,
+        "prices_date": prices_date(prices or default_prices()),
         **rules_versions(),
         "seed": seed,
         "cache": cache,
         "lenient": lenient,
+        "refetch": refetch,
         #: The recorded usage of the run's traces, priced the same way (null: none logged).
         "recorded_cost": None if recorded is None else round(recorded, 6),
         "policies": [policy_entry(s) for s in specs],
@@ -366,7 +458,7 @@ def recorded_cost(
     """What the recorded requests cost (their logged usage, priced with the run's price
     book), so a policy's dollars are read against the recording's, not on their own."""
     from simulator.fidelity import recorded
-    from simulator.replay import add_costs, default_prices
+    from simulator.replay import add_costs
 
     rows = recorded(traces)
     if rows.height == 0:

@@ -28,6 +28,7 @@ Rates (genai-prices, $/MTok): input 3, cache read 0.30, 5-minute write 3.75, out
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,17 @@ from simulator import policy as registry
 from simulator.outputs import (
     LOSS_SCHEMA,
     SUMMARY_COLUMNS,
+    bill_failed,
     overall_summary,
     policy_summary,
+    request_rows,
     session_rows,
 )
 from simulator.replay import replay
 
 METRICS = Path(__file__).resolve().parents[1] / "reports" / "METRICS.md"
 MIN = 60_000
+START = datetime.fromtimestamp(T0 / 1000, UTC)
 
 R, C, AC, ACF = "request", "compaction", "autocompact", "autocompact-failed"
 # Per row: (request, call, kind, stage, context, uncached, read, write 5m, output, overflow,
@@ -207,6 +211,7 @@ def _session_a() -> dict[str, Any]:
         "output": output,
         "context_max": 3_535,
         "cache_hit_ratio": read / 21_170,
+        "start": START,  # the first request's time, as a UTC timestamp
         "duration_s": 240.0,
         **cost,
         "cost_total": sum(cost.values()),
@@ -252,6 +257,7 @@ def _session_b() -> dict[str, Any]:
         "output": output,
         "context_max": 1_800,
         "cache_hit_ratio": read / 5_280,
+        "start": START,
         "duration_s": 120.0,
         **cost,
         "cost_total": sum(cost.values()),
@@ -345,7 +351,12 @@ def test_every_documented_column_is_tested_and_every_column_documented(
     toy_a: pl.DataFrame,
 ) -> None:
     requests_tested = set(_expected_rows(TOY_A, "a", "s-a", "toy")[0])
-    assert _documented("requests.parquet") == requests_tested == set(toy_a.columns)
+    assert requests_tested == set(toy_a.columns)
+    # requests.parquet holds the rows as written: `ts` for `ts_ms`, and `failed` (the
+    # written columns are tested in tests/test_outputs_parquet.py)
+    written = set(request_rows([bill_failed(toy_a)]).columns)
+    assert written == requests_tested - {"ts_ms"} | {"ts", "failed"}
+    assert _documented("requests.parquet") == written
     sessions_tested = set(_session_a())
     sessions = session_rows(toy_a)
     assert _documented("sessions.parquet") == sessions_tested == set(sessions.columns)

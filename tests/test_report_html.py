@@ -4,6 +4,7 @@ file; and it renders in headless Chromium (skipped where Debian's `chromium` is 
 from __future__ import annotations
 
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -65,12 +66,15 @@ def test_report_writes_a_self_contained_reproducible_page(run_dir: Path, tmp_pat
     assert str(tmp_path) not in html and "/tmp" not in html
     for text in ("as-recorded", "toy", "Summary", "Sessions", "human kept", "stale file refs"):
         assert text in html, text
-    # the summary row of the toy: 7 calls, 2 compactions, 1 overflow, 1 breaker trip
+    # the summary row of the toy: 8 requests, 10 calls, 2 compactions, 1 overflow, 1 breaker
+    # trip; its overflow marks it as a policy with a failed call, and the note says so
     toy_hash = Toy().spec().param_hash
-    row = re.search(rf"<tr><td[^>]*>toy</td><td[^>]*>{toy_hash}</td>(.*?)</tr>", html)
+    row = re.search(rf"<tr><td[^>]*>toy !</td><td[^>]*>{toy_hash}</td>(.*?)</tr>", html)
     assert row is not None
     cells = re.findall(r">([^<]*)</td>", row.group(1))
     assert cells[:5] == ["8", "10", "2", "1", "1"]  # requests, calls, compactions, ...
+    assert "! Failed calls: toy (1 of 10 calls) sent a prompt larger than" in html
+    assert "as-recorded !" not in html  # as-recorded does not overflow here
 
 
 def test_session_charts_option_and_stale_charts(run_dir: Path) -> None:
@@ -126,27 +130,8 @@ def test_run_writes_the_report_and_prints_a_summary(
     assert (out / "report.html").is_file()
     assert len(list((out / "charts").rglob("*.png"))) == 6
     lines = result.output.splitlines()
-    assert lines[0].split() == [
-        "policy",
-        "params",
-        "requests",
-        "compactions",
-        "overflows",
-        "trips",
-        "cost",
-        "$",
-        "recorded",
-        "$",
-        "cache",
-        "hit",
-        "human",
-        "kept",
-        "summary",
-        "stale",
-        "refs",
-    ]
-    toy = next(line for line in lines if line.startswith("toy "))
-    assert toy.split()[2:6] == ["8", "2", "1", "1"]
+    assert lines[0].split()[:2] == ["policy", "params"]  # the table is reports/tables.py's
+    assert any(line.startswith("toy ") for line in lines)
     wrote = next(line for line in lines if line.startswith("wrote "))
     assert wrote.startswith(
         "wrote requests.parquet, sessions.parquet, edits.parquet, manifest.json, "
@@ -237,3 +222,26 @@ def test_the_report_reads_each_policy_against_the_recording(tmp_path: Path) -> N
     base = len(run.manifest["policies"][2]["params"]) - 1
     assert f"autocompact.buffer_tokens=8000; {base} more at their defaults" in html
     assert "the defaults (2 parameters)" in html  # as-recorded
+
+
+def test_the_session_table_is_pivoted_by_policy_and_the_header_dates_the_prices(
+    run_dir: Path,
+) -> None:
+    """One row per session with a group of columns per spec (the toy's overflow marked), and
+    the price table's day (manifest `prices_date`), not the pricing instant 9999-12-31."""
+    from reports.html import build_report
+
+    html = build_report(run_dir)["report.html"].decode()
+    sessions = html[html.index("<h2>Sessions</h2>") : html.index("<h2>Context over")]
+    assert sessions.count("<tr><td") == 2  # sessions a and b, not 2 x 2 policy rows
+    assert '<th class="group" colspan="3">as-recorded</th>' in sessions
+    assert '<th class="group" colspan="3">toy</th>' in sessions
+    row_a = re.search(r"<tr><td[^>]*>a</td>(.*?)</tr>", sessions)
+    assert row_a is not None
+    cells = re.findall(r">([^<]*)</td>", row_a.group(1))
+    # #, session, requests, then as-recorded (cost, compactions, overflows), then the toy
+    assert cells[:2] == ["0", "s-a"] and cells[2] == "5"
+    assert cells[4:6] == ["0", "0"] and cells[7:9] == ["2", "1 !"]  # tests/test_metrics.py
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert "9999" not in html.split("</p>", 1)[0].split('class="facts"')[1]
+    assert f"its newest rates (in force from {manifest['prices_date']})" in html
