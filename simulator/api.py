@@ -92,11 +92,13 @@ def replay(
     seed: int = 0,
     cache: str = "auto",
     lenient: bool = False,
+    refetch: bool = False,
 ) -> Run:
     """Replay every trace under every policy (`cache`: the prompt-cache model, "auto" by
-    each model's provider; `lenient` is recorded in the manifest)."""
+    each model's provider; `lenient` is recorded in the manifest; `refetch`: the
+    semi-closed loop of simulator/refetch.py, off for the open loop)."""
     built = [policy(p) for p in policies]
-    settings = service.RunSettings(seed=seed, cache=cache, lenient=lenient)
+    settings = service.RunSettings(seed=seed, cache=cache, lenient=lenient, refetch=refetch)
     return Run(service.run(traces, built, settings))
 
 

@@ -21,7 +21,9 @@ The columns (simulator/outputs.py LOSS_SCHEMA), for the view of one call made fo
   (a policy's summary and what it restored with it). Both sides count the restored files,
   so the share compares across policies; the engine can split the two (see METRICS.md);
 * `stale_file_refs` (request rows): tool calls of request k's response that name a file
-  whose last successful read result is in the logical history but not verbatim in the view;
+  whose last successful read result is in the logical history but not verbatim in the view
+  (with the re-fetch loop, simulator/refetch.py: the loop's reads, and not a use whose file
+  it fetched back; the engine tells the observer the loop through `begin`);
 * `after_compaction` (request rows): the view was rewritten by a compaction at k: the
   policy made a compaction call for request k and the request no longer sends the
   conversation that call summarized (its view less its last item, the summary prompt), or
@@ -43,6 +45,7 @@ from simulator.outputs import LOSS_SCHEMA, has_loss
 from simulator.policy import Call, Policy
 from simulator.pricing import PriceBook
 from simulator.prompt_cache import Usage
+from simulator.refetch import SessionLoop
 from simulator.replay import ReplayOptions, replay
 from simulator.view import View
 
@@ -199,11 +202,21 @@ class _Observer:
         #: ends, and the hash chain of the view through there.
         self.summarized: list[tuple[int, int]] = []
         self.artifacts: set[int] = set()
+        #: The semi-closed loop of each session that runs one (simulator/refetch.py).
+        self.loops: dict[int, SessionLoop] = {}
+        self.loop: SessionLoop | None = None
+
+    def begin(self, index: int, loop: SessionLoop) -> None:
+        """Told by the engine before a session's first call when the loop runs: its views
+        hold the loop's blocks, and its reads are the loop's (ghosts in, skips out)."""
+        self.loops[index] = loop
 
     def __call__(self, index: int, k: int, view: View, call: Call, usage: Usage) -> None:
         if index != self.index or self.f is None or self.state is None:  # the next session
             self.index = index
-            self.f = _SessionFacts(self.trace.sessions[index])
+            self.loop = self.loops.pop(index, None)
+            session = self.loop.session if self.loop is not None else self.trace.sessions[index]
+            self.f = _SessionFacts(session)
             self.state = _ViewState(self.f)
             self.summarized = []
             self.artifacts = set()
@@ -220,10 +233,21 @@ class _Observer:
         after = False
         if call.kind == "request":
             uses = f.uses.get(k)
-            if uses:
+            loop = self.loop
+            if uses and loop is None:
                 kept = state.verbatim
                 for block, path in uses:
                     last = f.last_read(path, block, k)
+                    stale += last >= 0 and last not in kept
+            elif uses and loop is not None:
+                # The loop's reads; a use it fetched the file back for is not stale, and
+                # neither its own read calls nor the re-reads it left out are uses.
+                kept = state.verbatim
+                fetched = loop.refetched.get(k, ())
+                for block, path in uses:
+                    if block >= loop.n_blocks or block in loop.skipped or path in fetched:
+                        continue
+                    last = loop.latest(path, k)
                     stale += last >= 0 and last not in kept
             in_view = set(state.artifacts)
             chains = view.chains

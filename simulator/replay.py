@@ -6,6 +6,11 @@ it makes before recorded request k (its own compactions, then the request), each
 once against the session's prompt cache; the request's response then joins the history
 (it is in the history from k+1 on by construction of the trace).
 
+With `ReplayOptions.refetch` the loop is semi-closed (simulator/refetch.py): each session
+replays a copy with room for fetched-back reads, whose logical schedule the loop edits, and
+the engine prices the rounds it inserts after the request that needed them (rows of kind
+`refetch`, REFETCH_SCHEMA columns on every row).
+
 Rows are plain tuples while replaying (cheap) and become one polars frame at the end,
 where dollars are computed for whole columns at once.
 """
@@ -29,7 +34,8 @@ from simulator.models import facts, session_facts
 from simulator.policy import Call, Edit, Emitter, Policy, SessionContext
 from simulator.pricing import PriceBook, UnknownModelError, UnsupportedPricingError
 from simulator.prompt_cache import FIVE_MINUTES, ONE_HOUR, PromptCache, Usage, for_provider
-from simulator.view import View
+from simulator.refetch import NO_CHANGE, RefetchParams, SessionLoop, params_for
+from simulator.view import Breakpoint, View
 
 #: Columns of requests.parquet, in order (definitions: reports/METRICS.md).
 ROW_SCHEMA: dict[str, Any] = {
@@ -54,6 +60,15 @@ ROW_SCHEMA: dict[str, Any] = {
     "blocking_tokens": pl.Int64,
     "edits": pl.Int32,
     "edit_tokens": pl.Int64,
+}
+#: Columns the semi-closed loop adds to every row (`--refetch`; absent in the open loop, so
+#: its files stay as they were; definitions: reports/METRICS.md, "Re-fetch"), then
+#: `refetch_cost`, the dollars of the inserted rounds.
+REFETCH_SCHEMA: dict[str, Any] = {
+    "refetch_calls": pl.Int32,
+    "refetch_tokens": pl.Int64,
+    "skipped_rereads": pl.Int32,
+    "skipped_tokens": pl.Int64,
 }
 #: Columns of edits.parquet: one row per edit a policy made without a call (policy.Edit),
 #: with the call it preceded (definitions: reports/METRICS.md).
@@ -80,10 +95,15 @@ COST_COLUMNS = (
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    """Run-wide settings: the cache model ("auto": by each model's provider) and the seed."""
+    """Run-wide settings: the cache model ("auto": by each model's provider), the seed, and
+    whether the semi-closed re-fetch loop runs (simulator/refetch.py; off: open loop)."""
 
     cache: str = "auto"
     seed: int = 0
+    refetch: bool = False
+    #: The loop's parameters for every session; None: each trace format's fit
+    #: (simulator/refetch.py FITTED).
+    refetch_params: RefetchParams | None = None
 
 
 def session_root(session: Session, model: str) -> int:
@@ -133,6 +153,9 @@ class _SessionEngine(Emitter):
         #: The policy's stated limits for the current request (SessionPolicy.limits).
         self.threshold: int | None = None
         self.blocking: int | None = None
+        #: The semi-closed loop (simulator/refetch.py), None in the open loop.
+        self.loop: SessionLoop | None = None
+        self.windows: dict[str, int] = {}
 
     @property
     def cache(self) -> PromptCache:
@@ -165,8 +188,53 @@ class _SessionEngine(Emitter):
         self.pending.append(edit)
 
     def call(self, view: View, call: Call) -> None:
+        loop = self.loop
+        if loop is None:
+            self._price(view, call, self.ts[self.k], call.output_tokens, None)
+            return
         k = self.k
-        now = self.ts[k]
+        decision = loop.decide(k, view) if call.kind == "request" else NO_CHANGE
+        output = max(0, call.output_tokens - decision.skipped_output)
+        self._price(
+            view, call, self.ts[k], output, (0, 0, decision.skipped, decision.skipped_tokens)
+        )
+        if decision.ids:
+            fetched = view.copy()
+            fetched.extend_items(decision.ids, decision.hashes, decision.tokens)
+            marks = call.breakpoints
+            if marks:
+                end = Breakpoint(len(fetched.ids) - 1, marks[-1].ttl_ms)
+                marks = [*(marks[:3] if len(marks) >= 4 else marks), end]
+            inserted = Call("refetch", "refetch", marks, decision.round_output, cached=call.cached)
+            if fetched.total > self._window(k):  # the read made it too large to send
+                inserted.flags = {"overflow": True}
+            self._price(
+                fetched,
+                inserted,
+                self.ts_end[k],
+                decision.round_output,
+                (1, decision.fetched, 0, 0),
+            )
+
+    def _window(self, k: int) -> int:
+        """The context window of request k's model, as the policies are told it."""
+        name = self.model_names[k]
+        window = self.windows.get(name)
+        if window is None:
+            window = self.windows[name] = session_facts(self.session, name).window
+        return window
+
+    def _price(
+        self,
+        view: View,
+        call: Call,
+        now: int,
+        output: int,
+        extra: tuple[int, int, int, int] | None,
+    ) -> None:
+        """Price one call sent at `now` and append its row (with the re-fetch columns,
+        REFETCH_SCHEMA, when the loop runs)."""
+        k = self.k
         if call.cached:
             usage = self.cache.request(view, call.breakpoints, now, self.ts_end[k])
         else:
@@ -174,28 +242,27 @@ class _SessionEngine(Emitter):
         flags = call.flags
         if self.observe is not None:
             self.observe(self.index, k, view, call, usage)
-        self.rows.append(
-            (
-                self.trace,
-                self.session.id,
-                self.index,
-                k,
-                self.seq,
-                call.kind,
-                call.stage,
-                now,
-                self.model_names[k],
-                view.total,
-                *usage,
-                call.output_tokens,
-                flags.get("overflow", False) if flags else False,
-                flags.get("breaker_trip", False) if flags else False,
-                self.threshold,
-                self.blocking,
-                len(self.pending),
-                sum(e.tokens_removed for e in self.pending) if self.pending else 0,
-            )
+        row = (
+            self.trace,
+            self.session.id,
+            self.index,
+            k,
+            self.seq,
+            call.kind,
+            call.stage,
+            now,
+            self.model_names[k],
+            view.total,
+            *usage,
+            output,
+            flags.get("overflow", False) if flags else False,
+            flags.get("breaker_trip", False) if flags else False,
+            self.threshold,
+            self.blocking,
+            len(self.pending),
+            sum(e.tokens_removed for e in self.pending) if self.pending else 0,
         )
+        self.rows.append(row if extra is None else (*row, *extra))
         if self.pending:
             if self.edit_rows is not None:
                 trace, session, index, seq = self.trace, self.session.id, self.index, self.seq
@@ -248,14 +315,28 @@ def replay_session(
     rows: list[Any],
     observe: Observer | None = None,
     edits: list[Any] | None = None,
+    fmt: str = "",
 ) -> None:
-    """Replay one session, appending its rows (and its edits' rows to `edits`)."""
+    """Replay one session of a trace of format `fmt`, appending its rows (and its edits'
+    rows to `edits`)."""
     n = session.n_requests
     if n == 0:
         return
-    state = policy.session(session_context(trace_name, session, options))
-    engine = _SessionEngine(trace_name, index, session, options.cache, rows)
+    loop = None
+    if options.refetch:
+        params = options.refetch_params or params_for(fmt)
+        loop = SessionLoop(trace_name, session, options.seed, params)
+    replayed = loop.session if loop is not None else session
+    ctx = session_context(trace_name, replayed, options)
+    if loop is not None:
+        loop.attach(ctx.history)
+        begin = getattr(observe, "begin", None)
+        if begin is not None:  # an observer that looks blocks up (simulator/loss.py)
+            begin(index, loop)
+    state = policy.session(ctx)
+    engine = _SessionEngine(trace_name, index, replayed, options.cache, rows)
     engine.observe = observe
+    engine.loop = loop
     engine.edit_rows = edits
     for k in range(n):
         engine.k = k
@@ -286,13 +367,14 @@ def replay(
     try:
         for name, trace in traces:
             for i, session in enumerate(trace.sessions):
-                replay_session(name, i, session, policy, opts, rows, observe, edits)
+                replay_session(name, i, session, policy, opts, rows, observe, edits, trace.format)
     finally:
         if collecting:
             gc.enable()
-    columns, data = _columns(rows, ROW_SCHEMA, policy)
+    schema = {**ROW_SCHEMA, **REFETCH_SCHEMA} if opts.refetch else ROW_SCHEMA
+    columns, data = _columns(rows, schema, policy)
     n = len(rows)
-    names = list(ROW_SCHEMA)
+    names = list(schema)
     counts = {
         c: np.fromiter(columns[names.index(c)], dtype=np.int64, count=n)
         for c in ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output")
@@ -300,6 +382,16 @@ def replay(
     data.update(
         _cost_series(list(columns[names.index("model")]), counts, prices or default_prices())
     )
+    if opts.refetch:
+        inserted = np.fromiter(
+            (kind == "refetch" for kind in columns[names.index("kind")]), dtype=np.bool_, count=n
+        )
+        # A failed (overflowing) round is billed nothing (outputs.bill_failed), so it costs 0.
+        inserted &= ~np.fromiter(columns[names.index("overflow")], dtype=np.bool_, count=n)
+        total = data["cost_total"].to_numpy()  # NaN where unpriced
+        data["refetch_cost"] = pl.Series(
+            "refetch_cost", np.where(inserted, total, 0.0), pl.Float64, nan_to_null=True
+        )
     return pl.DataFrame(data)
 
 

@@ -29,6 +29,7 @@ def test_the_api_writes_the_bytes_ctxsim_run_writes(tmp_path: Path) -> None:
             "claude-code@2.1.88:autocompact.buffer_tokens=8k",
             "--seed",
             "3",
+            "--strict",  # the API's default; the CLI skips damaged lines unless told
             "--no-report",
             "--out",
             str(tmp_path / "cli"),
