@@ -3,8 +3,13 @@
 A sweep is read through its cells table (simulator/sweep.py `cells_frame`: one row per
 cell, a column per grid parameter, the cell's figures): a line chart per grid parameter
 (cost, compactions, overflows and breaker trips against the parameter, one line per
-policy) and, where two parameters vary, a cost heatmap per policy. A study is drawn from
-its trials table (simulator/tune.py `trials_frame`). Same reproducibility rules as
+policy), a cost-against-loss chart per grid parameter (the trade-off a setting makes:
+dollars against each loss proxy, issue 14) and, where two parameters vary, a cost heatmap
+per policy. Along one parameter every other grid parameter is held at the policy's own
+value (the value it has without the grid; the nearest grid value when its own is not on
+the grid), never at the first grid value (issue 15: buffer=0 is nobody's setting). A study
+is drawn from its trials table (simulator/tune.py `trials_frame`), a multi-objective
+study's Pareto front from its front table. Same reproducibility rules as
 reports/charts.py: bundled font, no metadata, fixed sizes, no time or path, so the same
 inputs give identical PNG bytes.
 """
@@ -75,21 +80,44 @@ def varying(cells: pl.DataFrame) -> list[str]:
     return [k for k in grid_keys(cells) if cells[k].drop_nulls().n_unique() >= 2]
 
 
-def _section(cells: pl.DataFrame, policy: str, keys: Sequence[str]) -> tuple[pl.DataFrame, str]:
-    """The policy's cells along `keys`, every other grid parameter held at the value of the
-    policy's first cell; and a note saying which values those are ("" when none)."""
+def _held_value(values: list[Any], own: Any) -> tuple[Any, bool]:
+    """The grid value to hold a parameter at: the policy's own when it is on the grid (True),
+    else the nearest numeric grid value (the lower of two equally near), else the first."""
+    if any(v == own and type(v) is type(own) for v in values):
+        return own, True
+    numbers = [v for v in values if _is_number(v)]
+    if _is_number(own) and numbers:
+        return min(numbers, key=lambda v: (abs(float(v) - float(own)), float(v))), False
+    return values[0], False
+
+
+def _section(
+    cells: pl.DataFrame,
+    policy: str,
+    keys: Sequence[str],
+    own: dict[str, Any] | None = None,
+    names: dict[str, str] | None = None,
+) -> tuple[pl.DataFrame, str]:
+    """The policy's cells along `keys`, every other grid parameter held at the policy's own
+    value (`own`: column -> value; see `_held_value`); and a note saying which values those
+    are ("" when none), a value not the policy's own marked with what its own is."""
     rows = cells.filter(pl.col("policy") == policy)
     for k in keys:
         rows = rows.filter(pl.col(k).is_not_null())
     if rows.is_empty():
         return rows, ""
-    first = rows.row(0, named=True)
     held = []
     for k in grid_keys(cells):
-        if k in keys or first[k] is None or rows[k].n_unique() < 2:
+        present = rows[k].drop_nulls()
+        if k in keys or present.is_empty() or present.n_unique() < 2:
             continue
-        rows = rows.filter(pl.col(k) == first[k])
-        held.append(f"{k}={_value_label(first[k])}")
+        values, _numeric = _axis_values(present.to_list())
+        value, exact = _held_value(values, (own or {}).get(k, values[0]))
+        rows = rows.filter(pl.col(k) == value)
+        note = f"{(names or {}).get(k, k)}={_value_label(value)}"
+        if not exact and own and k in own:
+            note += f" (own {_value_label(own[k])} not on the grid)"
+        held.append(note)
     return rows, ", ".join(held)
 
 
@@ -136,10 +164,19 @@ def _styles(policies: Sequence[str]) -> dict[str, dict[str, Any]]:
     }
 
 
-def parameter_chart(cells: pl.DataFrame, key: str, defaults: dict[str, Any]) -> bytes:
-    """Cost, compactions, overflows and breaker trips against one grid parameter, one line
-    per policy (other grid parameters held at each policy's first cell); a dotted line at
-    each policy's own value of the parameter (`defaults`: policy -> value) when known."""
+def parameter_chart(
+    cells: pl.DataFrame,
+    key: str,
+    defaults: dict[str, dict[str, Any]],
+    names: dict[str, str] | None = None,
+    note: str = "",
+) -> bytes:
+    """Cost, compactions, overflows and breaker trips against one grid parameter (a column
+    of the cells table), one line per policy (other grid parameters held at each policy's
+    own values); a dotted line at each policy's own value of the parameter (`defaults`:
+    policy -> {column: own value}). `names`: column -> parameter, for the labels."""
+    names = names or {}
+    title = names.get(key, key)
     policies = list(dict.fromkeys(cells["policy"].to_list()))
     style = _styles(policies)
     order, numeric = _axis_values(cells[key].drop_nulls().to_list())
@@ -149,7 +186,8 @@ def parameter_chart(cells: pl.DataFrame, key: str, defaults: dict[str, Any]) -> 
         axes = fig.subplots(2, 2, sharex=True).ravel()
         drawn = []
         for policy in policies:
-            rows, held = _section(cells, policy, [key])
+            own = defaults.get(policy, {})
+            rows, held = _section(cells, policy, [key], own, names)
             if rows.height == 0:
                 continue
             label = f"{policy} ({held})" if held else policy
@@ -160,21 +198,21 @@ def parameter_chart(cells: pl.DataFrame, key: str, defaults: dict[str, Any]) -> 
                 y = [float(v) if v is not None else math.nan for v in rows[column].to_list()]
                 ax.plot(x, y, markersize=4, lw=1.5, label=label, **style[policy])
             drawn.append(policy)
-            shipped = defaults.get(policy)
+            shipped = own.get(key)
             if numeric and _is_number(shipped) and order[0] <= shipped <= order[-1]:
                 own_lines = True
                 for ax in axes:
                     color = style[policy]["color"]
                     ax.axvline(float(shipped), color=color, ls=":", lw=1.2, alpha=0.8)
-        for ax, (column, title, unit) in zip(axes, PANELS, strict=True):
-            ax.set_title(title, loc="left", fontsize=10)
+        for ax, (column, panel, unit) in zip(axes, PANELS, strict=True):
+            ax.set_title(panel, loc="left", fontsize=10)
             ax.set_ylabel(unit)
             if column == "cost_total":
                 _money_axis(ax)
             else:
                 _count_axis(ax)
         for ax in axes[2:]:
-            _x_axis(ax, key, order, numeric)
+            _x_axis(ax, title, order, numeric)
         handles, labels = axes[0].get_legend_handles_labels()
         if own_lines:
             handles.append(Line2D([], [], color="#555555", ls=":", lw=1.2))
@@ -187,24 +225,32 @@ def parameter_chart(cells: pl.DataFrame, key: str, defaults: dict[str, Any]) -> 
             ncol=(2 if wide else 4) if len(labels) > 1 else 1,
             title="policy (other grid parameters held at)" if wide else None,
         )
-        fig.suptitle(f"Sweep over {key}", fontsize=11, x=0.01, ha="left")
+        fig.suptitle(f"Sweep over {title}{note}", fontsize=11, x=0.01, ha="left")
         if not drawn:
             axes[0].text(0.5, 0.5, "no finished cell", transform=axes[0].transAxes)
         return png_bytes(fig)
 
 
-def heatmap_chart(cells: pl.DataFrame, x_key: str, y_key: str) -> bytes:
+def heatmap_chart(
+    cells: pl.DataFrame,
+    x_key: str,
+    y_key: str,
+    defaults: dict[str, dict[str, Any]] | None = None,
+    names: dict[str, str] | None = None,
+) -> bytes:
     """Cost over two grid parameters, one panel per policy, on one colour scale; each
     square is labelled with its cost and, where there are any, its overflows and breaker
-    trips (other grid parameters held at each policy's first cell)."""
-    policies = [
-        p
+    trips (other grid parameters held at each policy's own values, `defaults`)."""
+    names = names or {}
+    own = defaults or {}
+    all_sections = {
+        p: _section(cells, p, [x_key, y_key], own.get(p, {}), names)
         for p in dict.fromkeys(cells["policy"].to_list())
-        if _section(cells, p, [x_key, y_key])[0].height
-    ]
+    }
+    policies = [p for p, (rows, _) in all_sections.items() if rows.height]
     xs, _ = _axis_values(cells[x_key].drop_nulls().to_list())
     ys, _ = _axis_values(cells[y_key].drop_nulls().to_list())
-    sections = {p: _section(cells, p, [x_key, y_key]) for p in policies}
+    sections = {p: all_sections[p] for p in policies}
     costs = [
         float(v)
         for rows, _ in sections.values()
@@ -257,8 +303,8 @@ def heatmap_chart(cells: pl.DataFrame, x_key: str, y_key: str) -> bytes:
                 )
             ax.set_xticks(range(len(xs)), [_value_label(v) for v in xs], rotation=0)
             ax.set_yticks(range(len(ys)), [_value_label(v) for v in ys])
-            ax.set_xlabel(x_key)
-            ax.set_ylabel(y_key)
+            ax.set_xlabel(names.get(x_key, x_key))
+            ax.set_ylabel(names.get(y_key, y_key))
             ax.grid(False)
             title = policy if not held else f"{policy}\n({held})"
             ax.set_title(title, loc="left", fontsize=9)
@@ -268,22 +314,190 @@ def heatmap_chart(cells: pl.DataFrame, x_key: str, y_key: str) -> bytes:
             bar = fig.colorbar(image, ax=axes[: len(policies)], shrink=0.9)
             bar.set_label("cost (USD, all sessions)")
             bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: dollars_label(v)))
-        fig.suptitle(f"Cost over {x_key} and {y_key}", fontsize=11, x=0.01, ha="left")
+        x_name, y_name = names.get(x_key, x_key), names.get(y_key, y_key)
+        fig.suptitle(f"Cost over {x_name} and {y_name}", fontsize=11, x=0.01, ha="left")
         return png_bytes(fig)
 
 
-def sweep_charts(cells: pl.DataFrame, defaults: dict[str, dict[str, Any]]) -> dict[str, bytes]:
-    """Every chart of a sweep, by file name under charts/: `param-<key>.png` per grid
-    parameter that takes two values or more, and `heatmap-<x>-vs-<y>.png` for each pair
-    of them (the first three pairs). `defaults`: policy -> {parameter: own value}."""
+#: (cells-table column, panel title, x label) of a cost-against-loss chart, in panel order:
+#: the loss proxies of simulator/loss.py (reports/METRICS.md, "Loss proxies").
+LOSS_PANELS: tuple[tuple[str, str, str], ...] = (
+    ("stale_file_refs", "Stale file references", "tool calls naming a file no longer in view"),
+    ("resent_tokens", "Re-sent tokens", "prompt tokens not cached, after a compaction"),
+    ("summary_share", "Summary share", "share of the context that is summary"),
+    ("human_verbatim_share", "Human words kept", "share of the human's tokens kept verbatim"),
+)
+
+
+def _share_axis(ax: Axes, which: str) -> None:
+    """Percent ticks with as many decimals as the axis's range needs (1.2%, 1.4%, not 1%
+    three times)."""
+
+    def label(value: float, _pos: int | None) -> str:
+        low, high = ax.get_xlim() if which == "x" else ax.get_ylim()
+        span = abs(high - low)
+        decimals = 0 if span >= 0.05 else 1 if span >= 0.005 else 2
+        return f"{value:.{decimals}%}"
+
+    (ax.xaxis if which == "x" else ax.yaxis).set_major_formatter(FuncFormatter(label))
+
+
+def loss_panels(cells: pl.DataFrame) -> list[tuple[str, str, str]]:
+    """The loss panels the cells carry values for (none when the rows had no loss)."""
+    return [p for p in LOSS_PANELS if p[0] in cells.columns and cells[p[0]].drop_nulls().len()]
+
+
+def _cheapest(rows: pl.DataFrame, key: str, own: Any) -> int | None:
+    """Index of the cheapest priced cell among those with no more overflows than the cell at
+    the policy's own value (all cells when it is not on the grid): a setting that saves by
+    overflowing more is not a candidate (the overflowing calls fail, reports/METRICS.md)."""
+    cells = list(rows.iter_rows(named=True))
+    at_own = [r["overflows"] or 0 for r in cells if r[key] == own and type(r[key]) is type(own)]
+    bound = max(at_own) if at_own else None
+    best: tuple[float, int] | None = None
+    for i, r in enumerate(cells):
+        if r["cost_total"] is None or (bound is not None and (r["overflows"] or 0) > bound):
+            continue
+        if best is None or float(r["cost_total"]) < best[0]:
+            best = (float(r["cost_total"]), i)
+    return None if best is None else best[1]
+
+
+def loss_chart(
+    cells: pl.DataFrame,
+    key: str,
+    defaults: dict[str, dict[str, Any]],
+    names: dict[str, str] | None = None,
+    note: str = "",
+) -> bytes:
+    """Cost against each loss proxy along one grid parameter: a row of panels per policy
+    (each on its own dollar scale: presets differ by more than a setting moves them), a line
+    through its cells in the parameter's order (other grid parameters held at the policy's
+    own values). Labelled: the two ends, the policy's own value (ringed) and the cheapest
+    cell (starred). Down and left is cheaper and loses less, except for the share of human
+    words kept, where right is better; the line shows what each dollar buys."""
+    names = names or {}
+    title = names.get(key, key)
+    panels = loss_panels(cells) or [LOSS_PANELS[0]]
+    _order, numeric = _axis_values(cells[key].drop_nulls().to_list())
+    sections = []
+    for policy in dict.fromkeys(cells["policy"].to_list()):
+        own = defaults.get(policy, {})
+        rows, held = _section(cells, policy, [key], own, names)
+        if rows.height:
+            sections.append((policy, rows.sort(key) if numeric else rows, held, own.get(key)))
+    style = _styles([p for p, *_ in sections])
+    n_rows = max(1, len(sections))
+    with matplotlib.rc_context(cast(Any, RC)):
+        fig = Figure(figsize=(3.2 * len(panels) + 0.9, 2.9 * n_rows + 1.3), layout="constrained")
+        grid = fig.subplots(n_rows, len(panels), squeeze=False, sharey="row")
+        for r, (policy, rows, held, mine) in enumerate(sections):
+            color = style[policy]["color"]
+            values = rows[key].to_list()
+            cost = [math.nan if v is None else float(v) for v in rows["cost_total"].to_list()]
+            known = [c for c in cost if not math.isnan(c)]
+            cheapest = _cheapest(rows, key, mine)
+            for c, (column, panel, unit) in enumerate(panels):
+                ax = grid[r][c]
+                x = [math.nan if v is None else float(v) for v in rows[column].to_list()]
+                ax.plot(x, cost, color=color, marker="o", markersize=3, lw=1.2)
+                marks: dict[int, tuple[tuple[int, int], str]] = {
+                    0: ((-4, -11), "right"),
+                    len(values) - 1: ((5, 3), "left"),
+                }
+                for i, v in enumerate(values):
+                    if v == mine and type(v) is type(mine):
+                        marks[i] = ((6, 7), "left")
+                        ax.scatter(
+                            [x[i]],
+                            [cost[i]],
+                            s=120,
+                            facecolors="none",
+                            edgecolors="black",
+                            lw=1.4,
+                            zorder=4,
+                        )
+                if cheapest is not None:
+                    marks[cheapest] = ((6, -12), "left")
+                    ax.scatter(
+                        [x[cheapest]],
+                        [cost[cheapest]],
+                        s=110,
+                        marker="*",
+                        color="#2CA02C",
+                        edgecolor="black",
+                        lw=0.6,
+                        zorder=5,
+                    )
+                for i, (offset, align) in sorted(marks.items()):
+                    if math.isnan(x[i]) or math.isnan(cost[i]):
+                        continue
+                    ax.annotate(
+                        _value_label(values[i]),
+                        (x[i], cost[i]),
+                        xytext=offset,
+                        textcoords="offset points",
+                        ha=align,
+                        fontsize=7,
+                        color="black",
+                    )
+                if r == 0:
+                    ax.set_title(panel, loc="left", fontsize=10)
+                ax.set_xlabel(unit, fontsize=8)
+                if column.endswith("_share"):
+                    _share_axis(ax, "x")
+                elif column == "resent_tokens":
+                    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: tokens_label(v)))
+                ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+                ax.margins(x=0.12, y=0.1)
+            span = (max(known) - min(known)) if known else 0.0
+            first = grid[r][0]
+            first.yaxis.set_major_formatter(FuncFormatter(lambda v, _p, s=span: _money(v, s)))
+            label = f"{policy}\n({held})" if held else policy
+            first.set_ylabel(f"{label}\nUSD, all sessions", fontsize=8)
+        if not sections:
+            grid[0][0].text(0.5, 0.5, "no finished cell", transform=grid[0][0].transAxes)
+        handles = [
+            Line2D([], [], color="#555555", marker="o", ms=3, lw=1.2),
+            Line2D([], [], ls="", marker="o", ms=10, mfc="none", mec="black", mew=1.4),
+            Line2D([], [], ls="", marker="*", ms=11, color="#2CA02C", mec="black", mew=0.6),
+        ]
+        labels = [
+            f"a cell per {title} value, in order (ends labelled)",
+            f"the policy's own {title}",
+            "the cheapest cell overflowing no more than the own value",
+        ]
+        fig.legend(handles, labels, loc="outside lower center", ncol=3)
+        fig.suptitle(f"Cost against loss along {title}{note}", fontsize=11, x=0.01, ha="left")
+        return png_bytes(fig)
+
+
+def sweep_charts(
+    cells: pl.DataFrame,
+    defaults: dict[str, dict[str, Any]],
+    names: dict[str, str] | None = None,
+    note: str = "",
+) -> dict[str, bytes]:
+    """Every chart of a sweep, by file name under charts/: `param-<key>.png` and, when the
+    rows carry loss proxies, `loss-<key>.png` per grid parameter that takes two values or
+    more, and `heatmap-<x>-vs-<y>.png` for each pair of them (the first three pairs).
+    `defaults`: policy -> {column: own value}; `names`: column -> parameter (file names and
+    labels use the parameter's own name); `note`: the replay mode, said in each title (the
+    same cells mean other things open loop and with re-fetch)."""
+    note = f" ({note})" if note else ""
+    names = names or {}
     keys = varying(cells)
     out: dict[str, bytes] = {}
+    with_loss = bool(loss_panels(cells))
     for key in keys:
-        own = {p: d[key] for p, d in defaults.items() if key in d}
-        out[f"charts/param-{chart_name(key)}.png"] = parameter_chart(cells, key, own)
+        name = chart_name(names.get(key, key))
+        out[f"charts/param-{name}.png"] = parameter_chart(cells, key, defaults, names, note)
+        if with_loss:
+            out[f"charts/loss-{name}.png"] = loss_chart(cells, key, defaults, names, note)
     pairs = [(a, b) for i, a in enumerate(keys) for b in keys[i + 1 :]][:3]
     for a, b in pairs:
-        out[f"charts/heatmap-{chart_name(a, b)}.png"] = heatmap_chart(cells, a, b)
+        name = chart_name(names.get(a, a), names.get(b, b))
+        out[f"charts/heatmap-{name}.png"] = heatmap_chart(cells, a, b, defaults, names)
     return out
 
 
@@ -296,10 +510,13 @@ def trials_chart(
     dimensions: Sequence[str],
     baseline: float | None = None,
     shipped: dict[str, Any] | None = None,
+    names: dict[str, str] | None = None,
 ) -> bytes:
     """The objective of every finished trial (feasible and not), the best feasible so far,
     and the shipped configuration's value; then the objective against each numeric tuned
-    parameter (up to two), the best trial starred."""
+    parameter (up to two; `dimensions` and `shipped` by trials-table column, `names`:
+    column -> parameter for the labels), the best trial starred."""
+    names = names or {}
     done = trials.filter(pl.col("objective").is_not_null())
     numeric = [d for d in dimensions if d in done.columns and done[d].dtype.is_numeric()][:2]
     money = objective == "cost"
@@ -376,13 +593,13 @@ def trials_chart(
                     lw=1.2,
                     label=f"shipped: {_exact(value)}",
                 )
-            ax.set_xlabel(key)
+            ax.set_xlabel(names.get(key, key))
             top = done[key].abs().max()
             if isinstance(top, int | float) and top >= 1000:
                 ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: tokens_label(v)))
             if money:
                 _money_axis(ax)
-            ax.set_title(f"Objective against {key}", loc="left", fontsize=10)
+            ax.set_title(f"Objective against {names.get(key, key)}", loc="left", fontsize=10)
             _legend_below(ax)
         return png_bytes(fig)
 
@@ -414,3 +631,132 @@ def _best_row(done: pl.DataFrame) -> dict[str, Any] | None:
     value = target[-1]
     row: dict[str, Any] = feasible.filter(pl.col("objective") == value).row(0, named=True)
     return row
+
+
+#: Axis labels of figures a Pareto chart may plot (anything else: its own name).
+FIGURE_LABELS = {
+    "cost": "cost (USD, all sessions)",
+    "stale_file_refs": "stale file references (tool calls)",
+    "resent_tokens": "re-sent tokens after compactions",
+    "summary_share": "summary share of the context",
+    "human_verbatim_share": "share of human words kept",
+    "compactions": "compaction calls",
+    "overflows": "overflows (requests over the window)",
+}
+
+
+def _figure_axis(ax: Axes, which: str, metric: str) -> None:
+    """Format the x or y axis for a figure: dollars, a share, tokens or a count."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    if metric == "cost":
+        low, high = ax.get_xlim() if which == "x" else ax.get_ylim()
+        span = abs(high - low)
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: _money(v, span)))
+    elif metric.endswith(("_share", "_ratio")):
+        _share_axis(ax, which)
+    elif metric.endswith("_tokens"):
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: tokens_label(v)))
+
+
+#: Front points labelled at most in a Pareto chart.
+FRONT_LABELS = 6
+
+
+def pareto_chart(
+    trials: pl.DataFrame,
+    objectives: Sequence[tuple[str, bool]],
+    dimensions: Sequence[str],
+    baseline: dict[str, Any] | None = None,
+    names: dict[str, str] | None = None,
+) -> bytes:
+    """The first objective against each other one (up to three panels): every feasible
+    trial, those breaking a constraint, the Pareto front joined in order and each of its
+    points labelled with the tuned values, and the shipped configuration. `objectives`:
+    (trials-table column, maximised); `dimensions`: the tuned columns."""
+    names = names or {}
+    done = trials.filter(pl.col("state") == "complete")
+    first, _first_max = objectives[0]
+    others = list(objectives[1:4])
+    with matplotlib.rc_context(cast(Any, RC)):
+        fig = Figure(figsize=(max(8.0, 5.6 * len(others) + 0.8), 5.4), layout="constrained")
+        axes = fig.subplots(1, len(others), squeeze=False)[0]
+        for ax, (metric, maximize) in zip(axes, others, strict=True):
+            usable = done.filter(pl.col(first).is_not_null() & pl.col(metric).is_not_null())
+            feasible = usable.filter(pl.col("feasible"))
+            infeasible = usable.filter(~pl.col("feasible"))
+            ax.scatter(
+                feasible[metric].to_list(),
+                feasible[first].to_list(),
+                s=14,
+                color="#9BB8D3",
+                label="trial (feasible)",
+                zorder=2,
+            )
+            if infeasible.height:
+                ax.scatter(
+                    infeasible[metric].to_list(),
+                    infeasible[first].to_list(),
+                    s=18,
+                    marker="x",
+                    color="#D62728",
+                    label="trial (breaks a constraint)",
+                    zorder=2,
+                )
+            front = feasible.filter(pl.col("pareto")).sort([metric, first, *dimensions, "trial"])
+            if front.height:
+                ax.plot(
+                    front[metric].to_list(),
+                    front[first].to_list(),
+                    color="#1F77B4",
+                    marker="o",
+                    ms=5,
+                    lw=1.5,
+                    label="Pareto front (some points labelled with their tuned values)",
+                    zorder=3,
+                )
+                at: dict[tuple[float, float], list[str]] = {}
+                for r in front.iter_rows(named=True):
+                    point = (float(r[metric]), float(r[first]))
+                    at.setdefault(point, []).append(", ".join(_exact(r[d]) for d in dimensions))
+                points = list(at)
+                # At most FRONT_LABELS labels, spread along the front (both ends kept), so
+                # they do not pile up where the front is dense.
+                step = max(1, math.ceil((len(points) - 1) / (FRONT_LABELS - 1)))
+                chosen = {*range(0, len(points), step), len(points) - 1}
+                for index in sorted(chosen):
+                    point = points[index]
+                    # Equal points, one label: their values (the first and last when several).
+                    texts = list(dict.fromkeys(at[point]))
+                    text = texts[0] if len(texts) == 1 else f"{texts[0]} to {texts[-1]}"
+                    ax.annotate(
+                        text,
+                        point,
+                        xytext=(5, 4),
+                        textcoords="offset points",
+                        fontsize=7,
+                        color="#1F4E79",
+                    )
+            shipped = baseline or {}
+            if shipped.get(metric) is not None and shipped.get(first) is not None:
+                ax.scatter(
+                    [float(shipped[metric])],
+                    [float(shipped[first])],
+                    s=120,
+                    marker="D",
+                    color="#FF7F0E",
+                    edgecolor="black",
+                    label="shipped",
+                    zorder=4,
+                )
+            better = "right" if maximize else "left"
+            ax.set_xlabel(f"{FIGURE_LABELS.get(metric, metric)} ({better} is better)")
+            ax.set_ylabel(FIGURE_LABELS.get(first, first))
+            _figure_axis(ax, "x", metric)
+            _figure_axis(ax, "y", first)
+            ax.set_title(f"{first} against {metric}, trials", loc="left", fontsize=10)
+            _legend_below(ax)
+            if usable.is_empty():
+                ax.text(0.5, 0.5, "no finished trial", transform=ax.transAxes, ha="center")
+        tuned = ", ".join(names.get(d, d) for d in dimensions)
+        fig.suptitle(f"Pareto front over {tuned}", fontsize=11, x=0.01, ha="left")
+        return png_bytes(fig)

@@ -90,6 +90,14 @@ class ProgressBar:
 
 # -- sweep ----------------------------------------------------------------------------------
 
+_refetch = click.option(
+    "--refetch/--no-refetch",
+    default=False,
+    show_default=True,
+    help="Replay with the re-fetch model (content a policy dropped is fetched again when "
+    "the recording uses it) or open loop (as recorded).",
+)
+
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:,.0f} MiB"
@@ -113,22 +121,29 @@ def _summary_lines(result: SweepResult, workers: str) -> list[str]:
     return [line]
 
 
+#: Loss columns of the printed table, by cells-table column.
+LOSS_HEADS = {"stale_file_refs": "stale refs", "resent_tokens": "re-sent tokens"}
 #: Cells listed in the printed table at most (all of them are in cells.parquet).
 TABLE_LIMIT = 40
 
 
-def _table(cells: Any) -> str:
-    """Per cell: policy, grid values, cost, compactions, overflows, breaker trips."""
-    from reports.sweep_charts import grid_keys
+def _table(cells: Any, names: dict[str, str]) -> str:
+    """Per cell: policy, grid values, cost, compactions, overflows, breaker trips, and the
+    loss proxies a reader weighs cost against (stale file references, re-sent tokens)."""
     from simulator.outputs import text_table
+    from simulator.sweep import CELL_FIGURES
 
-    keys = grid_keys(cells)
+    # The grid columns (reports/sweep_charts.py `grid_keys`), without importing matplotlib:
+    # a sweep with --no-charts draws nothing (issue 16).
+    keys = [c for c in cells.columns if c not in ("policy", "params_hash", *CELL_FIGURES)]
     frame = cells
     note = ""
     if frame.height > TABLE_LIMIT:
         frame = frame.sort("cost_total", nulls_last=True).head(TABLE_LIMIT)
         note = f"({TABLE_LIMIT} cheapest of {cells.height} cells; all in cells.parquet)\n"
-    header = ["policy", "params", *keys, "cost $", "compactions", "overflows", "trips"]
+    loss = [c for c in ("stale_file_refs", "resent_tokens") if c in cells.columns]
+    header = ["policy", "params", *(names.get(k, k) for k in keys)]
+    header += ["cost $", "compactions", "overflows", "trips", *(LOSS_HEADS[c] for c in loss)]
     rows = []
     for r in frame.iter_rows(named=True):
         cost = r["cost_total"]
@@ -140,7 +155,7 @@ def _table(cells: Any) -> str:
                 "-" if cost is None else f"{cost:,.4f}",
                 *(
                     "-" if r[c] is None else f"{r[c]:,}"
-                    for c in ("compactions", "overflows", "breaker_trips")
+                    for c in ("compactions", "overflows", "breaker_trips", *loss)
                 ),
             ]
         )
@@ -156,18 +171,30 @@ def _shown(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
+def _grid_names(manifest: dict[str, Any]) -> dict[str, str]:
+    """Column of cells.parquet -> the grid parameter it holds."""
+    from simulator.sweep import column_name
+
+    keys = dict.fromkeys(k for entry in manifest["cells"] for k in entry["grid"])
+    return {column_name(k): k for k in keys}
+
+
 def _write_charts(out: Path, cells: Any, manifest: dict[str, Any]) -> int:
     """charts/ of the sweep (stale ones from an earlier grid removed); returns how many."""
     from reports.sweep_charts import sweep_charts
+    from simulator.sweep import column_name
 
     defaults: dict[str, dict[str, Any]] = {}
     for entry in manifest["cells"]:
-        defaults.setdefault(entry["policy"], {}).update(entry.get("defaults", {}))
-    files = sweep_charts(cells, defaults)
+        own = {column_name(k): v for k, v in entry.get("defaults", {}).items()}
+        defaults.setdefault(entry["policy"], {}).update(own)
+    mode = "re-fetch model" if manifest["settings"].get("refetch") else "open loop"
+    files = sweep_charts(cells, defaults, _grid_names(manifest), mode)
     charts = out / "charts"
     if charts.is_dir():
         for old in charts.glob("*.png"):
-            if f"charts/{old.name}" not in files and old.name.startswith(("param-", "heatmap-")):
+            stale = f"charts/{old.name}" not in files
+            if stale and old.name.startswith(("param-", "heatmap-", "loss-")):
                 old.unlink()
     for name, data in sorted(files.items()):
         atomic_write(out / name, data)
@@ -229,6 +256,7 @@ def _write_charts(out: Path, cells: Any, manifest: dict[str, Any]) -> int:
     help="Prompt-cache model (default: the sweep file's, else auto).",
 )
 @click.option("--seed", type=int, default=None, help="Seed for policies (default 0).")
+@_refetch
 @click.option("--no-charts", is_flag=True, help="Write the dataset and manifest only.")
 @_lenient
 @_no_cache
@@ -245,6 +273,7 @@ def sweep(
     address: str | None,
     cache: str | None,
     seed: int | None,
+    refetch: bool,
     no_charts: bool,
     lenient: bool,
     no_cache: bool,
@@ -252,9 +281,10 @@ def sweep(
 ) -> None:
     """Replay traces under every combination of policies and parameter values.
 
-    One cell per policy spec, over every session; each cell's rows go to
-    OUT/data/policy=<name>/params_hash=<hash>/part-0.parquet (a hive-partitioned dataset),
-    with OUT/sweep.json (the manifest), OUT/cells.parquet (one row per cell) and charts/.
+    One cell per policy spec, over every session; each cell's rows, with the loss proxies,
+    go to OUT/data/policy=<name>/<params_hash>.parquet (a hive-partitioned dataset), with
+    OUT/sweep.json (the manifest), OUT/cells.parquet (one row per cell) and charts/ (cost
+    and events, and cost against loss, along each grid parameter).
     Rerunning skips finished cells, so a sweep that was stopped resumes where it was.
     """
     from simulator import sweep as sw
@@ -278,7 +308,7 @@ def sweep(
         _fail(str(exc))
     named = _traces(src, lenient, no_cache, jobs)
     settings = sw.SweepSettings(
-        named, seed=config.seed or 0, cache=config.cache or "auto", lenient=lenient
+        named, seed=config.seed or 0, cache=config.cache or "auto", lenient=lenient, refetch=refetch
     )
     bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
     try:
@@ -313,7 +343,7 @@ def sweep(
     for line in _summary_lines(result, where):
         click.echo(line)
     if table.height:
-        click.echo(_table(table), nl=False)
+        click.echo(_table(table, _grid_names(result.manifest)), nl=False)
     written = [f"{sw.DATA_DIR}/ ({table.height} file(s))", sw.MANIFEST_FILE, sw.CELLS_FILE]
     if not no_charts and table.height:
         written.append(f"{_write_charts(out, table, result.manifest)} chart(s)")
@@ -323,22 +353,28 @@ def sweep(
 # -- tune -----------------------------------------------------------------------------------
 
 
-def _tune_report(result: TuneResult, objective: str) -> list[str]:
+def _tune_report(result: TuneResult, spec: Any) -> list[str]:
     from simulator.tune import METRICS
+
+    shown_always = ("cost", "compactions", "overflows", "breaker_trips", "stale_file_refs")
+    metrics = [o.metric for o in spec.objectives]
 
     def shown(figures: dict[str, Any]) -> str:
         parts = []
-        for name in ("cost", "compactions", "overflows", "breaker_trips"):
+        for name in dict.fromkeys((*shown_always, *metrics)):
             value = figures.get(name)
+            label = name.replace("_", " ")
             if value is None:
-                parts.append(f"{name} -")
+                parts.append(f"{label} -")
             elif name == "cost":
                 parts.append(f"cost ${value:,.4f}")
+            elif isinstance(value, float):
+                parts.append(f"{label} {value:.4f}")
             else:
-                parts.append(f"{name.replace('_', ' ')} {value:,}")
-        if objective not in ("cost", "compactions", "overflows", "breaker_trips"):
-            parts.append(f"{objective} {figures.get(objective)}")
+                parts.append(f"{label} {value:,}")
         return "  ".join(parts)
+
+    columns = spec.columns
 
     def values(params: dict[str, Any]) -> str:
         return "  ".join(f"{k}={v}" for k, v in params.items())
@@ -351,12 +387,33 @@ def _tune_report(result: TuneResult, objective: str) -> list[str]:
     if best is None:
         lines.append("no trial meets the constraints")
     else:
-        params = {k: best[k] for k in result.shipped}
-        lines.append(f"best (trial {best['trial']}): {values(params)}")
+        params = {k: best[columns[k]] for k in result.shipped}
+        which = f" by {metrics[0]}" if spec.multi else ""
+        lines.append(f"best{which} (trial {best['trial']}): {values(params)}")
         lines.append("  " + shown({name: best[name] for name in METRICS}))
     lines.append(f"shipped: {values(result.shipped)}")
     lines.append("  " + shown(result.baseline))
+    if spec.multi and result.front.height:
+        lines.append(f"Pareto front ({result.front.height} trial(s), by {metrics[0]}):")
+        for r in result.front.head(FRONT_LIMIT).iter_rows(named=True):
+            tuned = values({k: r[columns[k]] for k in result.shipped})
+            scores = "  ".join(f"{m} {_score(r[m], m)}" for m in metrics)
+            lines.append(f"  trial {r['trial']}: {tuned}  {scores}")
+        if result.front.height > FRONT_LIMIT:
+            lines.append(f"  ... all {result.front.height} in pareto.parquet")
     return lines
+
+
+#: Pareto-front trials listed at most (all of them are in pareto.parquet).
+FRONT_LIMIT = 12
+
+
+def _score(value: Any, metric: str) -> str:
+    if value is None:
+        return "-"
+    if metric == "cost":
+        return f"${value:,.4f}"
+    return f"{value:.4f}" if isinstance(value, float) else f"{value:,}"
 
 
 @click.command()
@@ -386,12 +443,15 @@ def _tune_report(result: TuneResult, objective: str) -> list[str]:
 )
 @click.option(
     "--objective",
-    default="cost",
-    show_default=True,
-    help="The figure minimised: cost, compactions, overflows, breaker_trips, calls, "
-    "input_tokens, cache_hit_ratio, unpriced_calls.",
+    "objectives",
+    multiple=True,
+    metavar="[min:|max:]METRIC",
+    help="A figure to minimise (max: to maximise): cost (the default), a loss proxy "
+    "(stale_file_refs, resent_tokens, summary_share, human_verbatim_share, "
+    "post_compaction_requests), compactions, overflows, edits, ... any run-summary figure. "
+    "Repeat for a multi-objective study (NSGA-II) and its Pareto front.",
 )
-@click.option("--maximize", is_flag=True, help="Maximise the objective instead.")
+@click.option("--maximize", is_flag=True, help="Maximise the one objective instead.")
 @click.option(
     "--constraint",
     "constraints",
@@ -410,6 +470,14 @@ def _tune_report(result: TuneResult, objective: str) -> list[str]:
     "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory."
 )
 @click.option("--study", "study_name", help="Study name (default: derived from the settings).")
+@click.option(
+    "--population",
+    type=click.IntRange(2),
+    default=16,
+    show_default=True,
+    help="NSGA-II generation size (several objectives).",
+)
+@_refetch
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed (sampler, policies).")
 @click.option(
     "--cache",
@@ -426,25 +494,28 @@ def tune(
     policy_name: str,
     dimensions: tuple[str, ...],
     fixed: tuple[str, ...],
-    objective: str,
+    objectives: tuple[str, ...],
     maximize: bool,
     constraints: tuple[str, ...],
     trials: int,
     out: Path,
     study_name: str | None,
+    population: int,
+    refetch: bool,
     seed: int,
     cache: str,
     lenient: bool,
     no_cache: bool,
     jobs: int,
 ) -> None:
-    """Tune a policy's parameters with Optuna: minimise the objective under constraints.
+    """Tune a policy's parameters with Optuna: minimise the objectives under constraints.
 
     The study is kept in OUT/study.db (rerunning adds trials to it); prints the best
     feasible parameters beside the shipped ones, and writes OUT/trials.parquet and
-    OUT/trials.png.
+    OUT/trials.png; with several objectives also the Pareto front, OUT/pareto.parquet
+    and OUT/pareto.png.
     """
-    from reports.sweep_charts import trials_chart
+    from reports.sweep_charts import pareto_chart, trials_chart
     from simulator import tune as tn
     from simulator.outputs import parquet_bytes
     from simulator.sweep import SweepError
@@ -452,16 +523,19 @@ def tune(
     parsed = _fixed(fixed)
     if any(scope is not None for scope, _, _ in parsed):
         _fail("-P: a tuned policy's fixed parameters take no POLICY: prefix")
+    if maximize and len(objectives) > 1:
+        _fail("--maximize: with several objectives, write max:METRIC")
     try:
         spec = tn.TuneSpec(
             policy=policy_name,
             dimensions=tuple(tn.parse_dimension(d) for d in dimensions),
-            objective=objective,
-            maximize=maximize,
+            objectives=tuple(tn.parse_objective(o, maximize) for o in objectives or ("cost",)),
             constraints=tuple(tn.parse_constraint(c) for c in constraints),
             params=tuple((k, v) for _, k, v in parsed),
             seed=seed,
             cache=cache,
+            refetch=refetch,
+            population=population,
         )
     except (tn.TuneError, SweepError) as exc:
         _fail(str(exc))
@@ -482,18 +556,30 @@ def tune(
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+    columns = spec.columns
+    names = {c: k for k, c in columns.items()}
+    tuned = list(columns.values())
+    first = spec.objectives[0].metric
     atomic_write(out / tn.TRIALS_FILE, parquet_bytes(result.trials))
     chart = trials_chart(
         result.trials,
-        objective,
-        [d.key for d in spec.dimensions],
-        baseline=_float(result.baseline.get(objective)),
-        shipped=result.shipped,
+        first,
+        tuned,
+        baseline=_float(result.baseline.get(first)),
+        shipped={columns[k]: v for k, v in result.shipped.items()},
+        names=names,
     )
     atomic_write(out / tn.CHART_FILE, chart)
-    for line in _tune_report(result, objective):
+    written = [tn.STUDY_FILE, tn.TRIALS_FILE, tn.CHART_FILE]
+    if spec.multi:
+        atomic_write(out / tn.PARETO_FILE, parquet_bytes(result.front))
+        objectives_shown = [(o.metric, o.maximize) for o in spec.objectives]
+        front = pareto_chart(result.trials, objectives_shown, tuned, result.baseline, names)
+        atomic_write(out / tn.PARETO_CHART, front)
+        written += [tn.PARETO_FILE, tn.PARETO_CHART]
+    for line in _tune_report(result, spec):
         click.echo(line)
-    click.echo(f"wrote {tn.STUDY_FILE}, {tn.TRIALS_FILE}, {tn.CHART_FILE} to {out}")
+    click.echo(f"wrote {', '.join(written)} to {out}")
     if result.best is None and result.trials.height:
         sys.exit(1)
 

@@ -8,19 +8,33 @@ dataset small and resume simple.
 
 Layout of a sweep directory:
 
-    DIR/sweep.json                                          the manifest
-    DIR/data/policy=<label>/params_hash=<hash>/part-0.parquet  one cell's rows
+    DIR/sweep.json                                   the manifest
+    DIR/data/policy=<label>/<params_hash>.parquet    one cell's rows
+    DIR/cells.parquet                                one row per cell: grid values, figures
 
-The partition keys are also columns of every file (the rows of `simulator.replay.replay`,
-sorted), so polars and DuckDB read the dataset with hive partitioning and no schema: a
-hash of digits only is read from the file as a string, never guessed to be an integer.
+Readable by any Parquet tool with no option beyond hive partitioning (issue 15):
+`pyarrow.dataset.dataset(DIR/data, partitioning="hive")`, `pyarrow.parquet.read_table`,
+`polars.scan_parquet(..., hive_partitioning=True)`, DuckDB's `read_parquet(...,
+hive_partitioning = true)`. So: the one partition column (`policy`) is only in the path,
+never also inside the files (pyarrow refuses to merge the two: "large_string vs string");
+the hash is the file's name and a column inside it, not a second partition level, because
+readers guess a partition's type from its values and a 12-digit hash of digits only (one
+cell in 280) is read as an integer, one with a lone "e" as a float; a policy label that a
+reader would take for a number, a date or a truth value is refused for the same reason.
+No column name holds a dot (`autocompact.buffer_tokens` is the column
+`autocompact__buffer_tokens`, `column_name`), and times are timestamp[ms, UTC] (`ts`).
+
+The rows are those of `simulator.run.rows` with the loss proxies (a sweep answers what a
+setting costs *and* what it loses: issue 14), sorted.
 
 Resume: a cell's file is written to a temporary name and renamed, so it exists only
 complete; a rerun skips every cell whose file is there (and ends with the same bytes as
 an uninterrupted run: files depend only on the spec, the traces and the run settings,
-never on the executor, the worker count or the order cells finish in). The manifest
-records the settings, and a directory holding a sweep over other traces or settings is
-refused rather than mixed.
+never on the executor, the worker count or the order cells finish in). The manifest,
+cells.parquet and every chart are each written the same way, so a sweep killed at any
+point leaves each file either as it was or whole and new. The manifest records the
+settings, and a directory holding a sweep over other traces or settings is refused
+rather than mixed.
 
 Executors: a local process pool (the default) or Ray. Like any process pool, a script that
 calls `run_sweep` must do so under `if __name__ == "__main__":` (workers import the main
@@ -57,11 +71,13 @@ from simulator import run as service
 from simulator.files import atomic_write
 from simulator.model import Trace
 from simulator.outputs import (
-    LOSS_SUMMARY,
     REQUEST_ORDER,
     SUMMARY_COLUMNS,
+    _edit_aggs,
     _summary_aggs,
+    as_written,
     ctxsim_version,
+    has_loss,
     json_bytes,
     parquet_bytes,
     policy_entry,
@@ -69,13 +85,14 @@ from simulator.outputs import (
     trace_entry,
 )
 from simulator.policy import Policy, PolicyError, PolicySpec
-from simulator.replay import ReplayOptions, default_prices
+from simulator.replay import default_prices
 from simulator.variants import Variant, build_variant, load_variant
 
 MANIFEST_FILE = "sweep.json"
 CELLS_FILE = "cells.parquet"
 DATA_DIR = "data"
-PART_FILE = "part-0.parquet"
+#: The layout of sweep.json and data/ (2: the hash is the file name, not a partition).
+FORMAT = "ctxsim-sweep 2"
 EXECUTORS = ("process", "ray", "serial")
 #: A range longer than this is a typo (0:1e9:1), not a grid.
 MAX_VALUES = 100_000
@@ -317,6 +334,45 @@ def _partition(value: str) -> str:
     return urllib.parse.quote(value, safe="@.+-_~")
 
 
+#: Words a hive reader takes for a value of another type than text (polars reads "inf" and
+#: "NaN" as floats, "true" as a boolean; DuckDB and pyarrow have their own lists).
+_TYPED_WORDS = frozenset({"true", "false", "inf", "infinity", "nan", "null"})
+
+
+def check_label(label: str) -> None:
+    """Refuse a policy label a hive reader would not read back as text.
+
+    Readers infer a partition column's type from its values: with every label of a sweep
+    numeric-looking (a variant file `2024-01-01.toml`, `123.toml`), polars reads a date or
+    an integer and pyarrow an int32 (it also reads 0x1f as 31). A label that starts with a
+    letter and is none of the words above is text to all of them."""
+    if not label[:1].isascii() or not label[:1].isalpha() or label.lower() in _TYPED_WORDS:
+        raise SweepError(
+            f"policy label {label!r}: a sweep's policy labels must start with a letter and not"
+            " read as a number, a date or true/false (name the variant file or set its `name`)"
+        )
+
+
+def column_name(key: str) -> str:
+    """A parameter's column in cells.parquet and trials.parquet: dots become `__`
+    (`autocompact.buffer_tokens` -> `autocompact__buffer_tokens`), so SQL needs no
+    quoting (issue 15)."""
+    return key.replace(".", "__")
+
+
+def column_names(keys: Iterable[str]) -> dict[str, str]:
+    """Parameter -> column, refusing two parameters that would share a column."""
+    names: dict[str, str] = {}
+    taken: dict[str, str] = {}
+    for key in keys:
+        column = column_name(key)
+        if column in taken and taken[column] != key:
+            raise SweepError(f"parameters {taken[column]!r} and {key!r} share a column name")
+        taken[column] = key
+        names[key] = column
+    return names
+
+
 @dataclass(frozen=True)
 class Cell:
     """One policy spec of the sweep, with the grid values that made it."""
@@ -335,7 +391,7 @@ class Cell:
     def path(self) -> str:
         """The cell's file, relative to the sweep directory."""
         label, digest = self.key
-        return f"{DATA_DIR}/policy={_partition(label)}/params_hash={digest}/{PART_FILE}"
+        return f"{DATA_DIR}/policy={_partition(label)}/{digest}.parquet"
 
     def entry(self) -> dict[str, Any]:
         """What the manifest says about the cell."""
@@ -374,6 +430,8 @@ def build_cells(config: SweepConfig) -> list[Cell]:
             else:
                 labels.append(name)
         labels = list(dict.fromkeys(labels))
+        for label in labels:
+            check_label(label)
         classes = {name: _base(name, variants) for name in labels}
         alone = len(labels) == 1
         for scope, key, value in (*config.params, *config.grid):
@@ -442,18 +500,16 @@ def peak_rss_bytes() -> int:
 class Worker:
     """Replays cells over traces it holds: made once per worker process or Ray actor."""
 
-    def __init__(self, traces: NamedTraces, options: ReplayOptions) -> None:
+    def __init__(self, traces: NamedTraces, settings: service.RunSettings) -> None:
         self.traces = list(traces)
-        self.options = options
-        self.settings = service.RunSettings(seed=options.seed, cache=options.cache)
+        self.settings = settings
         registry.names()  # load every registered policy now, not in the first cell
 
     def run(self, spec: PolicySpec) -> CellOutput:
         start = time.perf_counter()
         built = registry.from_spec(spec)
-        frame = service.rows(self.traces, built, self.settings, default_prices(), loss=False)
-        frame = frame.sort(list(REQUEST_ORDER))
-        data = parquet_bytes(frame)
+        frame = service.rows(self.traces, built, self.settings, default_prices())
+        data = parquet_bytes(cell_file_frame(frame))
         requests = int((frame["kind"] == "request").sum())
         return CellOutput(
             key=(spec.label, spec.param_hash),
@@ -466,10 +522,16 @@ class Worker:
         )
 
 
+def cell_file_frame(rows: pl.DataFrame) -> pl.DataFrame:
+    """A cell's rows as its file holds them: sorted, without the partition column
+    (`policy` is in the path), and `ts_ms` as `ts`, a timestamp[ms, UTC] (issue 15)."""
+    return as_written(rows.sort(list(REQUEST_ORDER)).drop("policy"))
+
+
 _WORKER: Worker | None = None
 
 
-def _init_worker(traces: NamedTraces, options: ReplayOptions) -> None:
+def _init_worker(traces: NamedTraces, options: service.RunSettings) -> None:
     """Process-pool initializer: the traces arrive once per worker, never per cell."""
     global _WORKER
     _WORKER = Worker(traces, options)
@@ -510,7 +572,7 @@ def default_workers() -> int:
 Execute = Callable[[list[PolicySpec]], Iterator[CellOutput]]
 
 
-def _serial(traces: NamedTraces, options: ReplayOptions) -> Execute:
+def _serial(traces: NamedTraces, options: service.RunSettings) -> Execute:
     def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
         worker = Worker(traces, options)
         for spec in specs:
@@ -519,7 +581,7 @@ def _serial(traces: NamedTraces, options: ReplayOptions) -> Execute:
     return run
 
 
-def _process_pool(traces: NamedTraces, options: ReplayOptions, workers: int) -> Execute:
+def _process_pool(traces: NamedTraces, options: service.RunSettings, workers: int) -> Execute:
     def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
         if not specs:
             return
@@ -562,7 +624,9 @@ class RayWorker(Worker):
     """A Worker as a Ray actor (made remote when Ray is used, so Ray stays optional)."""
 
 
-def _ray(traces: NamedTraces, options: ReplayOptions, workers: int, address: str | None) -> Execute:
+def _ray(
+    traces: NamedTraces, options: service.RunSettings, workers: int, address: str | None
+) -> Execute:
     def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
         if not specs:
             return
@@ -612,7 +676,7 @@ def _ray(traces: NamedTraces, options: ReplayOptions, workers: int, address: str
 def executor(
     name: str,
     traces: NamedTraces,
-    options: ReplayOptions,
+    options: service.RunSettings,
     *,
     workers: int = 0,
     address: str | None = None,
@@ -665,6 +729,12 @@ class SweepSettings:
     seed: int = 0
     cache: str = "auto"
     lenient: bool = False
+    #: Replay with the re-fetch model (simulator/run.py RunSettings.refetch) or open loop.
+    refetch: bool = False
+
+    @property
+    def run_settings(self) -> service.RunSettings:
+        return run_settings(self.seed, self.cache, self.refetch)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -673,9 +743,16 @@ class SweepSettings:
             **rules_versions(),
             "seed": self.seed,
             "cache": self.cache,
+            "refetch": self.refetch,
             "lenient": self.lenient,
             "traces": [trace_entry(name, trace) for name, trace in self.traces],
         }
+
+
+def run_settings(seed: int, cache: str, refetch: bool) -> service.RunSettings:
+    """The run service's settings for a sweep or a study: open loop, or the re-fetch model
+    (simulator/refetch.py) when `refetch`."""
+    return service.RunSettings(seed=seed, cache=cache, refetch=refetch)
 
 
 def _read_manifest(out: Path) -> dict[str, Any] | None:
@@ -708,6 +785,11 @@ def plan_manifest(
     grids: list[dict[str, Any]] = []
     entries: list[dict[str, Any]] = []
     if old is not None:
+        if old.get("format") != FORMAT:
+            raise SweepError(
+                f"{out} holds a sweep of an older layout ({old.get('format')}); "
+                "sweep into another directory"
+            )
         differs = _settings_difference(old["settings"], wanted)
         if differs is not None:
             raise SweepError(
@@ -722,13 +804,13 @@ def plan_manifest(
     known = {(e["policy"], e["params_hash"]) for e in entries}
     entries += [c.entry() for c in cells if c.key not in known]
     return {
-        "format": "ctxsim-sweep 1",
+        "format": FORMAT,
         "settings": wanted,
         "grids": grids,
         "dataset": {
             "path": DATA_DIR,
             "partitioning": ["policy", "params_hash"],
-            "files": f"{DATA_DIR}/policy=*/params_hash=*/{PART_FILE}",
+            "files": f"{DATA_DIR}/policy=*/*.parquet",
         },
         "cells": entries,
     }
@@ -815,8 +897,9 @@ def run_sweep(
     todo = [c for c in cells if not is_complete(out / c.path)]
     result.skipped = len(cells) - len(todo)
     by_key = {c.key: c for c in todo}
-    options = ReplayOptions(cache=settings.cache, seed=settings.seed)
-    run = executor(executor_name, settings.traces, options, workers=workers, address=address)
+    run = executor(
+        executor_name, settings.traces, settings.run_settings, workers=workers, address=address
+    )
     start = time.perf_counter()
     if progress is not None:
         progress(Progress(len(cells), result.skipped, 0, 0.0))
@@ -841,9 +924,20 @@ def scan(out: Path) -> pl.LazyFrame:
     return pl.scan_parquet(out / DATA_DIR / "**" / "*.parquet", hive_partitioning=True)
 
 
-#: Figures of a cell in cells.parquet: the run summary's, less the loss proxies (sweep
-#: rows do not carry them).
-CELL_FIGURES = tuple(c for c in SUMMARY_COLUMNS if c not in LOSS_SUMMARY)
+#: Figures of the re-fetch model (simulator/refetch.py, reports/METRICS.md "Re-fetch"), each
+#: the sum of its row column: the inserted rounds, their tokens, the recorded re-reads left
+#: out, theirs, and the inserted rounds' dollars. Null in the open loop (not modelled).
+REFETCH_FIGURES: dict[str, Any] = {
+    "refetch_calls": pl.Int64,
+    "refetch_tokens": pl.Int64,
+    "skipped_rereads": pl.Int64,
+    "skipped_tokens": pl.Int64,
+    "refetch_cost": pl.Float64,
+}
+#: Figures of a cell in cells.parquet, and what tuning can aim at or bound: every figure of
+#: a run summary (simulator/outputs.py SUMMARY_COLUMNS: cost, calls, compactions,
+#: overflows, edits, the loss proxies, ...), then the re-fetch figures.
+CELL_FIGURES = tuple(dict.fromkeys((*SUMMARY_COLUMNS, *REFETCH_FIGURES)))
 
 
 def _typed(values: list[Any]) -> pl.Series:
@@ -867,35 +961,39 @@ def _typed(values: list[Any]) -> pl.Series:
 
 def cells_frame(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
     """One row per finished cell, in manifest order: policy, params_hash, a column per grid
-    parameter (null where a cell's policy has no such axis) and the cell's figures over
-    all its rows (simulator/outputs.py SUMMARY_COLUMNS), aggregated from the dataset."""
+    parameter (named by `column_name`; null where a cell's policy has no such axis) and the
+    cell's figures over all its rows (simulator/outputs.py `overall_summary`)."""
     entries = [e for e in manifest["cells"] if is_complete(out / e["path"])]
     keys = list(dict.fromkeys(k for e in entries for k in e["grid"]))
+    names = column_names(keys)
     base = pl.DataFrame(
         {
             "policy": pl.Series([e["policy"] for e in entries], dtype=pl.String),
             "params_hash": pl.Series([e["params_hash"] for e in entries], dtype=pl.String),
-            **{k: _typed([e["grid"].get(k) for e in entries]) for k in keys},
+            **{names[k]: _typed([e["grid"].get(k) for e in entries]) for k in keys},
         }
     )
-    aggs = [a for a in _summary_aggs(False, []) if a.meta.output_name() in CELL_FIGURES]
     # One file at a time, whole: a float sum over one contiguous column is the same every
     # time, where a scan of many files may split (and so round) it differently.
-    parts = [pl.read_parquet(out / e["path"]).rechunk().select(aggs) for e in entries]
+    parts = [row_figures(pl.read_parquet(out / e["path"]).rechunk()) for e in entries]
     if parts:
         figures = pl.concat(parts, how="vertical")
     else:
-        figures = pl.DataFrame(schema=_figure_schema(aggs))
+        figures = pl.DataFrame(schema=dict.fromkeys(CELL_FIGURES, pl.Float64))
     return pl.concat([base, figures], how="horizontal")
 
 
-def _figure_schema(aggs: list[pl.Expr]) -> dict[str, Any]:
-    """The figures' columns and types, from the aggregation over no rows."""
-    empty = pl.DataFrame(schema={"kind": pl.String, "overflow": pl.Boolean, **_EMPTY})
-    return dict(empty.select(aggs).schema)
-
-
-_EMPTY: dict[str, Any] = {
-    c: pl.Int64
-    for c in ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output")
-} | {"breaker_trip": pl.Boolean, "cost_total": pl.Float64}
+def row_figures(rows: pl.DataFrame) -> pl.DataFrame:
+    """CELL_FIGURES over a replay's rows, as a one-row frame of typed columns (the aggregation
+    of simulator/outputs.py `overall_summary`, so a null figure keeps its type)."""
+    summary = rows.select(_summary_aggs(has_loss(rows), _edit_aggs(rows)))
+    # Built from Python values, not `rows.select(pl.lit(None))`: a select of literals alone
+    # gives one row per chunk of a many-chunk frame in this polars.
+    extra = {
+        c: pl.Series(c, [rows[c].sum() if c in rows.columns else None], dtype=dtype)
+        for c, dtype in REFETCH_FIGURES.items()
+        if c not in summary.columns
+    }
+    if extra:
+        summary = pl.concat([summary, pl.DataFrame(list(extra.values()))], how="horizontal")
+    return summary.select(CELL_FIGURES)

@@ -1,10 +1,18 @@
-"""Parameter tuning with Optuna: find a policy's cheapest configuration under constraints.
+"""Parameter tuning with Optuna: a policy's best configurations under constraints.
 
-A trial replays every session of the trace set under one configuration and records the
-run's figures (simulator/outputs.py `overall_summary`); the objective is one of them and
-constraints bound others (`overflows=0`: a configuration that overflows is not a
-candidate, however cheap). Optuna's TPE sampler steers by the constraints too
-(`constraints_func`), and the best configuration reported is the best *feasible* trial.
+A trial replays every session of the trace set under one configuration, with the loss
+proxies, and records the run's figures (simulator/outputs.py `overall_summary`: cost,
+compactions, overflows, edits, the loss proxies, ... every figure of a run summary); the
+objectives are one or more of them and constraints bound others (`overflows=0`: a
+configuration that overflows is not a candidate, however cheap). Cost alone is the wrong
+question for a compaction threshold: open-loop replay counts what compacting earlier saves
+and nothing of what the agent then lacks, so the cheapest buffer is at the edge of any range
+(issue 14). Hence several objectives (`--objective cost --objective stale_file_refs`): the
+answer is then the Pareto front, every feasible configuration no other beats on all
+objectives at once, written as a table and a chart. One objective: Optuna's TPE sampler; two
+or more: its NSGA-II (the multi-objective sampler built into Optuna), a generation of
+`population` trials at a time. Both steer by the constraints too, and the best reported is
+the best *feasible* trial (by the first objective).
 
 The study lives in `DIR/study.db` (SQLite): rerunning the same command adds trials to the
 same study. Its name is derived from everything the trials depend on (policy, fixed
@@ -24,7 +32,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 import polars as pl
@@ -32,10 +40,18 @@ import polars as pl
 from simulator import policy as registry
 from simulator import run as service
 from simulator.model import Trace
-from simulator.outputs import overall_summary, policy_entry, rules_versions, trace_entry
+from simulator.outputs import policy_entry, rules_versions, trace_entry
 from simulator.policy import Policy, PolicyError
 from simulator.replay import default_prices
-from simulator.sweep import SweepError, parse_values, split_key
+from simulator.sweep import (
+    CELL_FIGURES,
+    SweepError,
+    column_names,
+    parse_values,
+    row_figures,
+    run_settings,
+    split_key,
+)
 from simulator.variants import build_variant, load_variant
 
 if TYPE_CHECKING:
@@ -44,18 +60,17 @@ if TYPE_CHECKING:
 STUDY_FILE = "study.db"
 TRIALS_FILE = "trials.parquet"
 CHART_FILE = "trials.png"
+PARETO_FILE = "pareto.parquet"
+PARETO_CHART = "pareto.png"
 
-#: Objective and constraint names -> the run-summary figure they read.
-METRICS = {
-    "cost": "cost_total",
-    "compactions": "compactions",
-    "overflows": "overflows",
-    "breaker_trips": "breaker_trips",
-    "calls": "calls",
-    "input_tokens": "input_tokens",
-    "cache_hit_ratio": "cache_hit_ratio",
-    "unpriced_calls": "unpriced_calls",
-}
+#: Objective and constraint names -> the figure they read: every figure of a sweep cell
+#: (simulator/sweep.py CELL_FIGURES: the run summary's, then the re-fetch model's), `cost`
+#: for cost_total.
+METRICS = {"cost": "cost_total", **{c: c for c in CELL_FIGURES if c != "cost_total"}}
+#: Figures that are fractions or dollars (Float64 columns); every other figure is a count.
+FLOAT_METRICS = frozenset(
+    {"cost"} | {m for m in METRICS if m.endswith(("_share", "_ratio", "_cost"))}
+)
 
 
 class TuneError(ValueError):
@@ -209,24 +224,56 @@ def _check_metric(name: str, option: str) -> None:
         raise TuneError(f"{option} {name!r}: one of {', '.join(METRICS)}")
 
 
+@dataclass(frozen=True)
+class Objective:
+    """A figure to minimise, or to maximise (the share of human words kept)."""
+
+    metric: str
+    maximize: bool = False
+
+    def __post_init__(self) -> None:
+        _check_metric(self.metric, "--objective")
+
+    @property
+    def direction(self) -> Literal["minimize", "maximize"]:
+        return "maximize" if self.maximize else "minimize"
+
+    def __str__(self) -> str:
+        return f"{'max' if self.maximize else 'min'}:{self.metric}"
+
+
+def parse_objective(text: str, maximize: bool = False) -> Objective:
+    """`cost`, `min:stale_file_refs` or `max:human_verbatim_share` (`maximize` for a bare
+    name: the --maximize flag)."""
+    direction, sep, metric = text.strip().partition(":")
+    if not sep:
+        return Objective(direction, maximize)
+    if direction not in ("min", "max"):
+        raise TuneError(f"--objective {text!r}: expected METRIC, min:METRIC or max:METRIC")
+    return Objective(metric.strip(), direction == "max")
+
+
 # -- the study ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class TuneSpec:
-    """What is tuned and how: the policy, fixed parameters, space, objective, constraints."""
+    """What is tuned and how: the policy, fixed parameters, space, objectives, constraints."""
 
     policy: str  # a registered name or a variant .toml file
     dimensions: tuple[Dimension, ...]
-    objective: str = "cost"
-    maximize: bool = False
+    objectives: tuple[Objective, ...] = (Objective("cost"),)
     constraints: tuple[Constraint, ...] = ()
     params: tuple[tuple[str, Any], ...] = ()
     seed: int = 0
     cache: str = "auto"
+    #: Replay with the re-fetch model (simulator/run.py RunSettings.refetch) or open loop.
+    refetch: bool = False
+    #: NSGA-II's generation size (several objectives only): how many trials it draws at
+    #: random before it breeds from the best; a sampler setting, so not in the study's name.
+    population: int = 16
 
     def __post_init__(self) -> None:
-        _check_metric(self.objective, "--objective")
         keys = [d.key for d in self.dimensions]
         if not keys:
             raise TuneError("nothing to tune: give --param KEY=LOW:HIGH")
@@ -235,6 +282,27 @@ class TuneSpec:
         fixed = {k for k, _ in self.params} & set(keys)
         if fixed:
             raise TuneError(f"{sorted(fixed)[0]!r} is both tuned (--param) and fixed (-P)")
+        if not self.objectives:
+            raise TuneError("no objective: give --objective METRIC")
+        metrics = [o.metric for o in self.objectives]
+        if len(set(metrics)) != len(metrics):
+            raise TuneError(f"--objective {metrics[0]!r}: an objective is given twice")
+        if self.population < 2:
+            raise TuneError("--population: at least 2")
+        try:
+            column_names(keys)
+        except SweepError as exc:
+            raise TuneError(str(exc)) from None
+
+    @property
+    def multi(self) -> bool:
+        """Several objectives: NSGA-II and a Pareto front."""
+        return len(self.objectives) > 1
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """Tuned parameter -> its column in trials.parquet and pareto.parquet (no dots)."""
+        return column_names(d.key for d in self.dimensions)
 
     def build(self, values: dict[str, Any]) -> Policy:
         """The policy with the fixed parameters, then `values`."""
@@ -269,7 +337,7 @@ def check_space(spec: TuneSpec) -> Policy:
 
 def figures(frame: pl.DataFrame) -> dict[str, Any]:
     """The tunable figures of a replay (METRICS names)."""
-    summary = overall_summary(frame)
+    summary = row_figures(frame).row(0, named=True)
     return {name: summary[column] for name, column in METRICS.items()}
 
 
@@ -279,11 +347,11 @@ def _settings(spec: TuneSpec, traces: Sequence[tuple[str, Trace]]) -> dict[str, 
         "policy": policy_entry(base.spec()),
         "fixed": dict(spec.params),
         "space": [d.as_dict() for d in spec.dimensions],
-        "objective": spec.objective,
-        "direction": "maximize" if spec.maximize else "minimize",
+        "objectives": [str(o) for o in spec.objectives],
         "constraints": [str(c) for c in spec.constraints],
         "seed": spec.seed,
         "cache": spec.cache,
+        "refetch": spec.refetch,
         "prices": default_prices().version,
         **rules_versions(),
         "traces": [trace_entry(name, trace) for name, trace in traces],
@@ -293,21 +361,24 @@ def _settings(spec: TuneSpec, traces: Sequence[tuple[str, Trace]]) -> dict[str, 
 def default_study_name(spec: TuneSpec, settings: dict[str, Any]) -> str:
     digest = hashlib.sha256(orjson.dumps(settings, option=orjson.OPT_SORT_KEYS)).hexdigest()
     label = Path(spec.policy).stem if spec.policy.endswith(".toml") else spec.policy
-    return f"{label}-{spec.objective}-{digest[:10]}"
+    return f"{label}-{'-'.join(o.metric for o in spec.objectives)}-{digest[:10]}"
 
 
 @dataclass
 class TuneResult:
-    """A study after this run: its trials and the best feasible one."""
+    """A study after this run: its trials, the best feasible one and the Pareto front."""
 
     study: str
     trials: pl.DataFrame
     new_trials: int
+    #: The best feasible trial by the first objective.
     best: dict[str, Any] | None
     #: The figures of the policy as shipped (fixed parameters only, nothing tuned).
     baseline: dict[str, Any] = field(default_factory=dict)
     shipped: dict[str, Any] = field(default_factory=dict)
     stale_failed: int = 0
+    #: The feasible trials no other feasible trial beats on every objective (`front_frame`).
+    front: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 def _sampler_seed(seed: int, existing: int) -> int:
@@ -330,6 +401,7 @@ def tune(
     except ImportError:
         raise TuneError("tuning needs Optuna: pip install 'ctxsim[tune]'") from None
     base = check_space(spec)
+    chosen = run_settings(spec.seed, spec.cache, spec.refetch)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     settings = _settings(spec, traces)
     name = study_name or default_study_name(spec, settings)
@@ -339,7 +411,7 @@ def tune(
         storage=storage,
         study_name=name,
         load_if_exists=True,
-        direction="maximize" if spec.maximize else "minimize",
+        directions=[o.direction for o in spec.objectives],
     )
     recorded = study.user_attrs.get("ctxsim")
     if recorded is None:
@@ -350,7 +422,6 @@ def tune(
     for number in stale:  # a run killed mid-trial: that trial will never finish
         study.tell(number, state=optuna.trial.TrialState.FAIL)
     existing = len(study.get_trials(deepcopy=False))
-    run_settings = service.RunSettings(seed=spec.seed, cache=spec.cache)
     prices = default_prices()
     shipped = {d.key: base.params.get(d.key) for d in spec.dimensions}
     if existing == 0 and all(d.contains(shipped[d.key]) for d in spec.dimensions):
@@ -364,17 +435,21 @@ def tune(
         values: Sequence[float] = trial.user_attrs.get("constraints", [math.inf])
         return values
 
+    function = constraints if spec.constraints and not per_trial else None
+    seed = _sampler_seed(spec.seed, existing)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.sampler = optuna.samplers.TPESampler(
-            seed=_sampler_seed(spec.seed, existing),
-            constraints_func=constraints if spec.constraints and not per_trial else None,
-        )
+        if spec.multi:
+            study.sampler = optuna.samplers.NSGAIISampler(
+                population_size=spec.population, seed=seed, constraints_func=function
+            )
+        else:
+            study.sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=function)
 
-    def objective(trial: optuna.Trial) -> float:
+    def objective(trial: optuna.Trial) -> float | list[float]:
         values = {d.key: d.suggest(trial) for d in spec.dimensions}
         policy = spec.build(values)
-        found = figures(service.rows(traces, policy, run_settings, prices, loss=False))
+        found = figures(service.rows(traces, policy, chosen, prices))
         trial.set_user_attr("params", values)
         trial.set_user_attr("params_hash", policy.spec().param_hash)
         trial.set_user_attr("figures", found)
@@ -383,10 +458,13 @@ def tune(
         if per_trial:
             for c, v in zip(spec.constraints, violations, strict=True):
                 trial.set_constraint(str(c), v)
-        value = found[spec.objective]
-        if value is None:
-            raise TuneError(f"objective {spec.objective!r} is null (unpriced calls?)")
-        return float(value)
+        scores = []
+        for o in spec.objectives:
+            value = found[o.metric]
+            if value is None:
+                raise TuneError(f"objective {o.metric!r} is null (unpriced calls, or no rows?)")
+            scores.append(float(value))
+        return scores if spec.multi else scores[0]
 
     done = 0
 
@@ -399,7 +477,7 @@ def tune(
     if trials:
         study.optimize(objective, n_trials=trials, callbacks=[callback], catch=())
     frame = trials_frame(study.get_trials(deepcopy=False), spec)
-    baseline = figures(service.rows(traces, base, run_settings, prices, loss=False))
+    baseline = figures(service.rows(traces, base, chosen, prices))
     return TuneResult(
         study=name,
         trials=frame,
@@ -408,49 +486,101 @@ def tune(
         baseline=baseline,
         shipped=shipped,
         stale_failed=len(stale),
+        front=front_frame(frame, spec),
     )
 
 
+def _better(a: float, b: float, maximize: bool) -> bool:
+    return a > b if maximize else a < b
+
+
+def dominates(a: Sequence[float], b: Sequence[float], objectives: Sequence[Objective]) -> bool:
+    """`a` is at least as good as `b` on every objective and better on one."""
+    pairs = list(zip(a, b, objectives, strict=True))
+    if any(_better(y, x, o.maximize) for x, y, o in pairs):
+        return False
+    return any(_better(x, y, o.maximize) for x, y, o in pairs)
+
+
+def pareto_mask(points: Sequence[Sequence[float]], objectives: Sequence[Objective]) -> list[bool]:
+    """For each point, whether no other point dominates it (equal points all stay)."""
+    return [
+        not any(dominates(q, p, objectives) for j, q in enumerate(points) if j != i)
+        for i, p in enumerate(points)
+    ]
+
+
 def trials_frame(trials: Sequence[optuna.trial.FrozenTrial], spec: TuneSpec) -> pl.DataFrame:
-    """One row per trial: number, state, the tuned values, every figure, whether it meets
-    the constraints, and the best feasible objective up to it. No times: the same study
+    """One row per trial: number, state, the tuned values (a column each, `column_name`),
+    `objective` (the first objective's value), every figure, whether it meets the
+    constraints, the best feasible first objective up to it (one objective only) and
+    whether it is on the Pareto front of the feasible trials. No times: the same study
     gives the same bytes."""
     rows: list[dict[str, Any]] = []
     best: float | None = None
-
-    def better(a: float, b: float) -> bool:
-        return a > b if spec.maximize else a < b
-
+    first = spec.objectives[0]
+    columns = spec.columns
     for t in sorted(trials, key=lambda t: t.number):
         found: dict[str, Any] = t.user_attrs.get("figures", {})
         values: dict[str, Any] = t.user_attrs.get("params", {})
         violations: list[float] = t.user_attrs.get("constraints", [])
         complete = t.state.name == "COMPLETE"
         feasible = complete and all(v <= 0 for v in violations)
-        objective = t.value if complete else None
-        if feasible and objective is not None and (best is None or better(objective, best)):
+        objective = t.values[0] if complete and t.values else None
+        improves = best is None or (
+            objective is not None and _better(objective, best, first.maximize)
+        )
+        if feasible and objective is not None and improves:
             best = objective
         row = {"trial": t.number, "state": t.state.name.lower()}
-        row.update({d.key: values.get(d.key) for d in spec.dimensions})
+        row.update({columns[d.key]: values.get(d.key) for d in spec.dimensions})
         row["objective"] = objective
         row.update({name: found.get(name) for name in METRICS})
         row["feasible"] = feasible
-        row["best_so_far"] = best if complete else None
+        row["best_so_far"] = best if complete and not spec.multi else None
         row["params_hash"] = t.user_attrs.get("params_hash")
         rows.append(row)
+    on_front = _front_flags(rows, spec)
+    for row, flag in zip(rows, on_front, strict=True):
+        row["pareto"] = flag
     schema: dict[str, Any] = {"trial": pl.Int64, "state": pl.String}
     for d in spec.dimensions:
-        schema[d.key] = _dimension_dtype(d, [r[d.key] for r in rows])
+        schema[columns[d.key]] = _dimension_dtype(d, [r[columns[d.key]] for r in rows])
     schema["objective"] = pl.Float64
     for name in METRICS:
-        schema[name] = pl.Float64 if name in ("cost", "cache_hit_ratio") else pl.Int64
+        schema[name] = pl.Float64 if name in FLOAT_METRICS else pl.Int64
     schema.update({"feasible": pl.Boolean, "best_so_far": pl.Float64, "params_hash": pl.String})
-    if any(schema[d.key] == pl.String for d in spec.dimensions):
-        for r in rows:
-            for d in spec.dimensions:
-                if schema[d.key] == pl.String and not isinstance(r[d.key], str | None):
-                    r[d.key] = orjson.dumps(r[d.key]).decode()
+    schema["pareto"] = pl.Boolean
+    for d in spec.dimensions:
+        column = columns[d.key]
+        if schema[column] == pl.String:
+            for r in rows:
+                if not isinstance(r[column], str | None):
+                    r[column] = orjson.dumps(r[column]).decode()
     return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _front_flags(rows: list[dict[str, Any]], spec: TuneSpec) -> list[bool]:
+    """Per trial row: feasible, every objective known, and not dominated by another such."""
+    metrics = [o.metric for o in spec.objectives]
+    candidates = [
+        i for i, r in enumerate(rows) if r["feasible"] and all(r[m] is not None for m in metrics)
+    ]
+    points = [[float(rows[i][m]) for m in metrics] for i in candidates]
+    flags = [False] * len(rows)
+    for i, keep in zip(candidates, pareto_mask(points, spec.objectives), strict=True):
+        flags[i] = keep
+    return flags
+
+
+def front_frame(trials: pl.DataFrame, spec: TuneSpec) -> pl.DataFrame:
+    """The Pareto front (pareto.parquet): per trial on it, its number, the tuned values,
+    each objective and the params hash, ordered by the first objective (best first) then
+    trial number."""
+    metrics = [o.metric for o in spec.objectives]
+    columns = [spec.columns[d.key] for d in spec.dimensions]
+    front = trials.filter(pl.col("pareto")).select(["trial", *columns, *metrics, "params_hash"])
+    return front.sort([metrics[0], "trial"], descending=[spec.objectives[0].maximize, False])
 
 
 def _dimension_dtype(d: Dimension, values: list[Any]) -> Any:
@@ -467,10 +597,10 @@ def _dimension_dtype(d: Dimension, values: list[Any]) -> Any:
 
 
 def best_trial(frame: pl.DataFrame, spec: TuneSpec) -> dict[str, Any] | None:
-    """The best feasible trial (the lowest number among equals), or None."""
+    """The best feasible trial by the first objective (the lowest number among equals)."""
     feasible = frame.filter(pl.col("feasible"))
     if feasible.is_empty():
         return None
-    ordered = feasible.sort(["objective", "trial"], descending=[spec.maximize, False])
+    ordered = feasible.sort(["objective", "trial"], descending=[spec.objectives[0].maximize, False])
     row: dict[str, Any] = ordered.row(0, named=True)
     return row

@@ -20,16 +20,17 @@ from click.testing import CliRunner
 
 from simulator import outputs
 from simulator import policy as registry
+from simulator import run as service
 from simulator import sweep as sw
 from simulator.cli import main
 from simulator.cli_sweep import progress_line
 from simulator.outputs import REQUEST_ORDER
-from simulator.replay import replay
 from traces.load import load_all, units
 
 SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "samples"
 CTXSIM = Path(sys.executable).parent / "ctxsim"
 BUFFER = "autocompact.buffer_tokens"
+COLUMN = "autocompact__buffer_tokens"
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +161,7 @@ def test_cells_are_the_product_of_policies_and_grid_values() -> None:
         == registry.build("claude-code@2.1.88", {BUFFER: 1000, "snip.enabled": False}).spec()
     )
     label, digest = first.key
-    assert first.path == f"data/policy={label}/params_hash={digest}/part-0.parquet"
+    assert first.path == f"data/policy={label}/{digest}.parquet"
     assert len({c.key for c in cells}) == len(cells)
 
 
@@ -187,11 +188,16 @@ def test_the_dataset_holds_the_rows_of_a_plain_replay(tmp_path: Path, samples) -
     )
     assert (result.cells, result.skipped, result.computed) == (6, 0, 6)
     data = pl.scan_parquet(tmp_path / "data/**/*.parquet", hive_partitioning=True).collect()
+    # The rows of the run service with the loss proxies, `ts_ms` as a UTC timestamp `ts`.
     expected = pl.concat(
-        [replay(samples, registry.from_spec(c.spec)) for c in cells], how="vertical"
+        [service.rows(samples, registry.from_spec(c.spec)) for c in cells], how="vertical"
     )
+    assert set(outputs.LOSS_SCHEMA) <= set(data.columns)
+    assert "ts_ms" not in data.columns and data["ts"].dtype == pl.Datetime("ms", "UTC")
+    assert data["ts"].dt.epoch("ms").sort().equals(expected["ts_ms"].sort(), check_names=False)
     order = list(REQUEST_ORDER)
-    assert data.select(expected.columns).sort(order).equals(expected.sort(order))
+    plain = expected.drop("ts_ms").columns
+    assert data.select(plain).sort(order).equals(expected.select(plain).sort(order))
     assert data["params_hash"].dtype == pl.String
     assert result.rows == expected.height
     manifest = orjson.loads((tmp_path / sw.MANIFEST_FILE).read_bytes())
@@ -205,8 +211,10 @@ def test_the_dataset_holds_the_rows_of_a_plain_replay(tmp_path: Path, samples) -
         assert entry["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
         assert entry["rows"] == pl.read_parquet(file).height
     table = pl.read_parquet(tmp_path / sw.CELLS_FILE)
-    assert table.columns[:3] == ["policy", "params_hash", BUFFER]
-    assert table[BUFFER].to_list() == [8_000, 13_000, 30_000] * 2
+    assert table.columns[:3] == ["policy", "params_hash", COLUMN]
+    assert table[COLUMN].to_list() == [8_000, 13_000, 30_000] * 2
+    assert table.columns[3:] == list(sw.CELL_FIGURES)
+    assert table["refetch_calls"].null_count() == 6  # open loop: not modelled
     cost = table.filter(pl.col("params_hash") == cells[0].spec.param_hash)["cost_total"].item()
     assert cost == pytest.approx(
         data.filter(pl.col("params_hash") == cells[0].spec.param_hash)["cost_total"].sum()
@@ -266,7 +274,7 @@ def test_a_rerun_skips_finished_cells_and_redoes_partial_ones(tmp_path: Path, sa
     (tmp_path / cells[0].path).unlink()
     truncated = tmp_path / cells[1].path
     truncated.write_bytes(truncated.read_bytes()[:100])
-    leftover = truncated.parent / ".part-0.parquet.abc.tmp"
+    leftover = truncated.parent / f".{truncated.name}.abc.tmp"
     leftover.write_bytes(b"PAR1 half")
     result = sw.run_sweep(tmp_path, cells, config, settings, executor_name="serial")
     assert (result.skipped, result.computed, result.removed_leftovers) == (4, 2, 1)
@@ -314,6 +322,8 @@ def test_sweep_command_writes_dataset_manifest_table_and_charts(tmp_path: Path) 
     charts = sorted(p.name for p in (out / "charts").iterdir())
     assert charts == [
         "heatmap-autocompact.buffer_tokens-vs-snip.enabled.png",
+        "loss-autocompact.buffer_tokens.png",
+        "loss-snip.enabled.png",
         "param-autocompact.buffer_tokens.png",
         "param-snip.enabled.png",
     ]
@@ -372,14 +382,14 @@ def test_a_sweep_killed_with_sigkill_resumes_to_the_same_dataset(tmp_path: Path)
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            if len(list((killed / "data").glob("*/*/part-0.parquet"))) >= 20:
+            if len(list((killed / "data").glob("*/*.parquet"))) >= 20:
                 break
             time.sleep(0.01)
         assert proc.poll() is None, "the sweep ended before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
-    written = len(list((killed / "data").glob("*/*/part-0.parquet")))
+    written = len(list((killed / "data").glob("*/*.parquet")))
     assert 20 <= written < 240, written
     manifest = orjson.loads((killed / sw.MANIFEST_FILE).read_bytes())
     assert "sha256" not in manifest["cells"][0]  # it never finished
@@ -421,3 +431,16 @@ def test_a_sweep_refuses_to_resume_across_a_change_of_cache_rules_or_model_facts
         tmp_path, sw.build_cells(config), config, settings, executor_name="serial"
     )
     assert result.computed == 0
+
+
+def test_row_figures_of_a_many_chunk_frame_are_one_row(samples) -> None:
+    """A replay's rows come in many chunks; the figures (the re-fetch ones null in the open
+    loop) are one row all the same, equal to those of the rechunked frame."""
+    rows = service.rows(samples, registry.build("claude-code@2.1.88"))
+    parts = pl.concat([rows[:7], rows[7:30], rows[30:]], how="vertical", rechunk=False)
+    assert parts.n_chunks() == 3
+    figures = sw.row_figures(parts)
+    assert figures.height == 1 and figures.columns == list(sw.CELL_FIGURES)
+    assert figures.equals(sw.row_figures(rows.rechunk()))
+    assert figures["refetch_calls"].item() is None
+    assert figures["compactions"].item() == (rows["kind"] == "compaction").sum()

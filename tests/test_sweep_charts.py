@@ -1,0 +1,108 @@
+"""Sweep charts (reports/sweep_charts.py) on hand-built cells tables: a 1-D chart holds the
+other grid parameters at the policy's own values (issue 15), the cost-against-loss chart is
+drawn when the cells carry loss proxies, file names and labels use the parameters' own
+names, and the same table gives the same bytes."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from reports import sweep_charts as sc
+from simulator.sweep import CELL_FIGURES
+
+PNG = b"\x89PNG"
+
+
+def cells(loss: bool = True) -> pl.DataFrame:
+    """Policy p over a (1, 2, 3) x b (10, 20, 30); cost = a + b / 10 and stale refs = 3a + b,
+    so every cell is told apart by its figures; policy q over a only."""
+    rows = []
+    for a in (1, 2, 3):
+        for b in (10, 20, 30):
+            rows.append({"policy": "p", "params_hash": f"p{a}{b}", "x__a": a, "x__b": b})
+    rows += [{"policy": "q", "params_hash": f"q{a}", "x__a": a, "x__b": None} for a in (1, 3)]
+    frame = pl.DataFrame(rows, schema_overrides={"x__b": pl.Int64})
+    # Every other figure 0, every loss proxy unknown.
+    figures = {c: pl.lit(0, pl.Int64) for c in CELL_FIGURES}
+    figures |= {c: pl.lit(None, pl.Float64) for c, *_ in sc.LOSS_PANELS}
+    frame = frame.with_columns(**figures)
+    b = pl.col("x__b").fill_null(0)
+    frame = frame.with_columns(
+        cost_total=(pl.col("x__a") + b / 10).cast(pl.Float64),
+        stale_file_refs=(3 * pl.col("x__a") + b) if loss else pl.lit(None, pl.Int64),
+        summary_share=(pl.col("x__a") / 10).cast(pl.Float64) if loss else pl.lit(None),
+    )
+    return frame
+
+
+NAMES = {"x__a": "x.a", "x__b": "x.b"}
+
+
+def test_a_section_holds_other_parameters_at_the_policys_own_value() -> None:
+    rows, note = sc._section(cells(), "p", ["x__a"], {"x__a": 1, "x__b": 20}, NAMES)
+    assert rows["x__b"].to_list() == [20, 20, 20]
+    assert rows["cost_total"].to_list() == [3.0, 4.0, 5.0]
+    assert note == "x.b=20"
+    # The own value off the grid: the nearest grid value, and the note says so.
+    rows, note = sc._section(cells(), "p", ["x__a"], {"x__b": 26}, NAMES)
+    assert set(rows["x__b"]) == {30}
+    assert note == "x.b=30 (own 26 not on the grid)"
+    # Equally near: the lower one.
+    rows, _ = sc._section(cells(), "p", ["x__a"], {"x__b": 15}, NAMES)
+    assert set(rows["x__b"]) == {10}
+    # No own value known: the first grid value (the old behaviour, as a last resort).
+    rows, note = sc._section(cells(), "p", ["x__a"], {}, NAMES)
+    assert set(rows["x__b"]) == {10} and note == "x.b=10"
+    # A parameter the policy does not have is not held at all.
+    rows, note = sc._section(cells(), "q", ["x__a"], {"x__a": 1}, NAMES)
+    assert rows.height == 2 and note == ""
+
+
+def test_held_value_needs_the_same_type() -> None:
+    assert sc._held_value([0, 1], True) == (0, False)  # True is not the grid's 1
+    assert sc._held_value([False, True], True) == (True, True)
+    assert sc._held_value(["5m", "1h"], "1h") == ("1h", True)
+    assert sc._held_value(["5m", "1h"], "request") == ("5m", False)
+
+
+def test_sweep_charts_name_files_by_parameter_and_draw_loss_when_present() -> None:
+    defaults = {"p": {"x__a": 2, "x__b": 20}, "q": {"x__a": 3}}
+    files = sc.sweep_charts(cells(), defaults, NAMES)
+    assert sorted(files) == [
+        "charts/heatmap-x.a-vs-x.b.png",
+        "charts/loss-x.a.png",
+        "charts/loss-x.b.png",
+        "charts/param-x.a.png",
+        "charts/param-x.b.png",
+    ]
+    assert all(data.startswith(PNG) for data in files.values())
+    assert sc.sweep_charts(cells(), defaults, NAMES) == files  # same table, same bytes
+    without = sc.sweep_charts(cells(loss=False), defaults, NAMES)
+    assert not [n for n in without if n.startswith("charts/loss-")]
+
+
+def test_the_held_value_changes_the_chart() -> None:
+    """Held at b=20 and at b=30 the 1-D chart over a differs: the hold is what is drawn."""
+    at_20 = sc.parameter_chart(cells(), "x__a", {"p": {"x__b": 20}}, NAMES)
+    at_30 = sc.parameter_chart(cells(), "x__a", {"p": {"x__b": 30}}, NAMES)
+    assert at_20 != at_30
+    assert sc.loss_chart(cells(), "x__a", {"p": {"x__b": 20}}, NAMES) != sc.loss_chart(
+        cells(), "x__a", {"p": {"x__b": 30}}, NAMES
+    )
+
+
+@pytest.mark.parametrize("loss", [True, False])
+def test_loss_panels_are_the_proxies_with_values(loss: bool) -> None:
+    panels = [p[0] for p in sc.loss_panels(cells(loss))]
+    assert panels == (["stale_file_refs", "summary_share"] if loss else [])
+
+
+def test_the_cheapest_cell_overflows_no_more_than_the_own_one() -> None:
+    rows = pl.DataFrame(
+        {"x__a": [1, 2, 3, 4], "cost_total": [5.0, 1.0, 3.0, None], "overflows": [0, 2, 0, 0]}
+    )
+    # a=2 is cheapest but overflows twice where the own a=1 does not; a=4 is unpriced.
+    assert sc._cheapest(rows, "x__a", 1) == 2
+    assert sc._cheapest(rows, "x__a", 2) == 1  # its own overflows are the bound
+    assert sc._cheapest(rows, "x__a", 9) == 1  # own value off the grid: every priced cell
