@@ -197,3 +197,61 @@ def test_spec_parameters_are_found_by_the_name_rows_use() -> None:
         ("claude-code", "h1"): {"a": 1},
         ("cc-8k", "h2"): {"a": 2},
     }
+
+
+def _laid_out_figure() -> Any:
+    """A figure whose layout engine has work to do: a legend outside the axes, a title."""
+    from matplotlib.figure import Figure
+
+    with charts._style():
+        fig = Figure(figsize=(6, 3), layout="constrained")
+        ax = fig.add_subplot()
+        ax.plot([0, 1, 2], [3, 1, 2], label="a rather long legend entry: context")
+        ax.set_title("title", loc="left")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def test_one_draw_gives_the_pixels_of_savefig() -> None:
+    """png_bytes draws once (the layout inside that draw); savefig draws twice with a
+    layout engine. Same bytes."""
+    import io
+
+    fig = _laid_out_figure()
+    buf = io.BytesIO()
+    with charts._style():
+        fig.savefig(buf, format="png", metadata={"Software": None})
+    assert charts.png_bytes(_laid_out_figure()) == buf.getvalue()
+
+
+def test_chart_workers_only_for_many_charts() -> None:
+    few = charts.PARALLEL_MIN - 1
+    assert charts.chart_workers(few, jobs=4) == 0
+    many = 2 * charts.PARALLEL_MIN
+    assert charts.chart_workers(many, jobs=1) == 0  # one process: this one
+    assert charts.chart_workers(many, jobs=3) == 2  # two workers beside this process
+    assert charts.chart_workers(charts.PARALLEL_MIN, jobs=64) == charts.PARALLEL_MIN // 2
+
+
+def test_charts_drawn_by_workers_are_the_bytes_drawn_here(
+    run: tuple[pl.DataFrame, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same session charts, in the same order, whichever process drew each one."""
+    requests, manifest = run
+    keys = charts.session_keys(requests, 12) * 3  # enough charts for a worker to take some
+    serial = list(charts.session_charts(requests, manifest, keys, jobs=1))
+    monkeypatch.setattr(charts, "PARALLEL_MIN", 2)
+    assert charts.chart_workers(len(keys), jobs=2) == 1
+    parallel = list(charts.session_charts(requests, manifest, keys, jobs=2))
+    assert [name for name, _ in serial] == [charts.session_file(*k) for k in keys]
+    assert parallel == serial
+    # A chart drawn in a worker for certain (the parallel pass may have drawn all here).
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    trace, index = keys[0]
+    rows = requests.filter((pl.col("trace") == trace) & (pl.col("session_index") == index))
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(1, mp_context=context) as pool:
+        drawn = pool.submit(charts._session_png, rows, manifest).result()
+    assert drawn == serial[0][1]

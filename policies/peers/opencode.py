@@ -100,6 +100,11 @@ class OpencodeSession(ConversationSession):
         self.entering: list[int] = []
         self.compactions = 0
         self.prunes = 0
+        #: `user_turns` over `conv.items[:turns_seen]` as of `conv.epoch` `turns_epoch`.
+        self.turns: list[int] = []
+        self.turn_msgs: set[int] = set()
+        self.turns_seen = 0
+        self.turns_epoch = -1
 
     # -- pruning ------------------------------------------------------------------------
 
@@ -113,16 +118,25 @@ class OpencodeSession(ConversationSession):
 
     def user_turns(self) -> list[int]:
         """Index of the first item of each human message (a message of several human
-        blocks, text and images, is one turn)."""
+        blocks, text and images, is one turn). A running index over the items, extended
+        with what entered and rebuilt when items left or moved (policies/conversation.py
+        `epoch`): rescanning the conversation at every turn's end cost opencode 3x
+        claude-code's time per request (issue 16)."""
         conv = self.conv
-        seen: set[int] = set()
-        starts: list[int] = []
-        for i in self.user_turn_starts():
-            msg = conv.msg[conv.items[i]]
-            if msg not in seen:
-                seen.add(msg)
-                starts.append(i)
-        return starts
+        items = conv.items
+        if conv.epoch != self.turns_epoch:
+            self.turns_epoch = conv.epoch
+            self.turns, self.turn_msgs, self.turns_seen = [], set(), 0
+        if self.turns_seen < len(items):
+            flags, msg, human = conv.flags, conv.msg, int(Flag.HUMAN)
+            seen, starts = self.turn_msgs, self.turns
+            for i in range(self.turns_seen, len(items)):
+                key = items[i]
+                if key >= 0 and flags[key] & human and msg[key] not in seen:
+                    seen.add(msg[key])
+                    starts.append(i)
+            self.turns_seen = len(items)
+        return self.turns
 
     def prune_candidates(self) -> tuple[list[int], int]:
         """The outputs pruning would clear, and the tokens that would free."""
@@ -133,19 +147,30 @@ class OpencodeSession(ConversationSession):
         end = turns[-self.protect_turns] if self.protect_turns > 0 else len(conv.items)
         total = freed = 0
         marked: list[int] = []
-        for key in reversed(conv.items[:end]):
+        # `Conversation.is_tool_result`, `tool` and `sent` inlined: a walk over many items.
+        result, block_tool, protected = conv.result, conv.block_tool, self.protected_tools
+        override, edited, block_tokens, pruned = (
+            conv.override,
+            conv.edited,
+            conv.tokens,
+            self.pruned,
+        )
+        items = conv.items
+        for i in range(end - 1, -1, -1):
+            key = items[i]
             if key < 0:
                 if conv.synthetic[key].kind == "summary":
                     break  # nothing before a summary is sent
                 continue
-            if not conv.is_tool_result(key):
+            if not result[key]:
                 continue
-            tool = conv.tool(key)
-            if tool is not None and tool.lower() in self.protected_tools:
+            tool = block_tool[key]
+            if tool is not None and tool.lower() in protected:
                 continue
-            if key in self.pruned:
+            if key in pruned:
                 break  # cleared by an earlier pruning: so is everything older
-            size = conv.sent(key)[1]
+            o = override.get(key)
+            size = 0 if key in edited else (block_tokens[key] if o is None else o[1])
             total += size
             if total <= self.protect:
                 continue
