@@ -267,6 +267,36 @@ def _limit(metric: Metric, limit: Limit | None) -> str:
     return f"{word} ≤ {limit.text}"
 
 
+#: The mark of an overflowing policy (reports/tables.py OVERFLOW_MARK, kept in step).
+OVERFLOW_MARK = "!"
+
+
+def _shown(metric: Metric, v: Any) -> str:
+    """A figure as shown, an overflow count above zero marked (issue 15: a policy whose
+    requests do not fit its window must not pass for the cheapest)."""
+    text = _value(metric, v)
+    if metric.key == "overflows" and v:
+        text += " " + OVERFLOW_MARK
+    return text
+
+
+def _overflow_note(result: Comparison) -> str | None:
+    """One line naming each side of each pair that overflowed, or None."""
+    named = []
+    for row in result.rows:
+        if row.metric.key != "overflows" or row.scope == "overall":
+            continue
+        for side, value in (("baseline", row.base), ("candidate", row.cand)):
+            if value:
+                named.append(f"{side} {row.scope} ({int(value):,})")
+    if not named:
+        return None
+    return (
+        f"{OVERFLOW_MARK} overflowed: {', '.join(named)} request(s) larger than the model's "
+        "context window, which the API refuses; compare such a policy with care."
+    )
+
+
 def _spec_text(run: Run) -> str:
     specs = run.specs()
     return ", ".join(f"`{name}` {h}" for name, h in specs)
@@ -302,11 +332,14 @@ def render_markdown(result: Comparison) -> str:
         previous = row.scope
         status = "" if row.limit is None else ("❌ crossed" if row.crossed else "✅ ok")
         lines.append(
-            f"| {scope} | {row.metric.label} | {_value(row.metric, row.base)} | "
-            f"{_value(row.metric, row.cand)} | {_change(row.metric, row.base, row.cand)} | "
+            f"| {scope} | {row.metric.label} | {_shown(row.metric, row.base)} | "
+            f"{_shown(row.metric, row.cand)} | {_change(row.metric, row.base, row.cand)} | "
             f"{_limit(row.metric, row.limit)} | {status} |"
         )
     lines.append("")
+    note = _overflow_note(result)
+    if note is not None:
+        lines += [note, ""]
     limited = [r for r in result.rows if r.limit is not None]
     if result.crossed:
         lines.append(f"**{len(result.crossed)} limit(s) crossed:**")
@@ -321,3 +354,70 @@ def render_markdown(result: Comparison) -> str:
     else:
         lines.append("No limits set (add --max-cost-increase 2% and the like to gate).")
     return "\n".join(lines) + "\n"
+
+
+def _header_lines(result: Comparison) -> list[str]:
+    b, c = result.base, result.cand
+    lines = [
+        f"baseline: {_spec_text(b).replace('`', '')}; candidate: "
+        f"{_spec_text(c).replace('`', '')}; {len(b.manifest['traces'])} trace(s), the same in both"
+    ]
+    if b.manifest.get("prices") != c.manifest.get("prices"):
+        lines.append(
+            f"note: the runs used different price tables ({b.manifest.get('prices')} / "
+            f"{c.manifest.get('prices')}); dollar changes include price changes"
+        )
+    if result.unpaired:
+        lines.append("not compared (no counterpart): " + "; ".join(result.unpaired))
+    return lines
+
+
+def render_terminal(result: Comparison, width: int | None = None) -> str:
+    """The comparison as a terminal table that fits the terminal (reports/tables.py); the
+    same figures as `render_markdown`, which `--markdown` prints for CI job summaries."""
+    from reports.tables import Column, render, wrap
+
+    columns = [
+        Column("policy", wrap=True),
+        Column("metric"),
+        Column("baseline", right=True),
+        Column("candidate", right=True),
+        Column("change", right=True),
+        Column("limit", drop=1),
+        Column("status", drop=2),
+    ]
+    rows = []
+    previous = None
+    for row in result.rows:
+        scope = row.scope if row.scope != previous else ""
+        previous = row.scope
+        status = "" if row.limit is None else ("crossed" if row.crossed else "ok")
+        rows.append(
+            [
+                scope,
+                row.metric.label,
+                _shown(row.metric, row.base),
+                _shown(row.metric, row.cand),
+                _change(row.metric, row.base, row.cand),
+                _limit(row.metric, row.limit),
+                status,
+            ]
+        )
+    notes = []
+    note = _overflow_note(result)
+    if note is not None:
+        notes.append(note)
+    limited = [r for r in result.rows if r.limit is not None]
+    if result.crossed:
+        notes.append(f"{len(result.crossed)} limit(s) crossed:")
+        notes += [
+            f"- {r.scope}: {r.metric.label} {_change(r.metric, r.base, r.cand)} "
+            f"(allowed: {_limit(r.metric, r.limit)})"
+            for r in result.crossed
+        ]
+    elif limited:
+        notes.append(f"All {len(limited)} limit check(s) hold.")
+    else:
+        notes.append("No limits set (add --max-cost-increase 2% and the like to gate).")
+    head = "\n".join(wrap(_header_lines(result), width)) + "\n"
+    return head + render(columns, rows, notes=notes, width=width)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,7 @@ SCHEMA: dict[str, Any] = {
     "client": pl.String,
     "format": pl.String,
     "models": pl.String,
+    "start": pl.Datetime("ms", "UTC"),
     "requests": pl.Int64,
     "requests_with_usage": pl.Int64,
     "duration_s": pl.Float64,
@@ -71,8 +73,11 @@ def session_stats(
 ) -> pl.DataFrame:
     """One row per session of every (label, trace), in trace then session order.
 
-    ``duration_s`` is the span of the session's request timestamps (null without requests);
-    ``skipped`` is the trace's count of skipped problems, repeated on each of its sessions.
+    ``start`` is the session's first request (trace time, UTC) and ``duration_s`` the span
+    of its request timestamps (both null without requests); ``skipped`` is the trace's count
+    of skipped problems, repeated on each of its sessions (the JSON states it once).
+    `label` is written as given: the CLI gives the compiled name (file stem and digest), so
+    that no path, which holds the user's home and project names (R20), reaches a file.
     With ``strict`` an unpriceable model raises instead of giving null dollars.
     """
     rows: list[dict[str, Any]] = []
@@ -105,6 +110,7 @@ def _request_stats(session: Session, prices: PriceBook, *, strict: bool) -> dict
     out: dict[str, Any] = {
         "requests": n,
         "requests_with_usage": len(used),
+        "start": datetime.fromtimestamp(int(ts.min()) / 1000, UTC) if n else None,
         "duration_s": (int(ts.max()) - int(ts.min())) / 1000.0 if n else None,
     }
     model_index = r["model"][used]
@@ -163,79 +169,103 @@ def _call_model(session: Session, request: int) -> int:
 
 # -- rendering ----------------------------------------------------------------------------
 
-#: (column, header, max width for text) of the default terminal table; the JSON has them all.
-TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("trace", "trace", 28),
-    ("session", "session", 14),
-    ("kind", "kind", 10),
-    ("models", "models", 26),
-    ("requests", "reqs", 0),
-    ("requests_with_usage", "w/usage", 0),
-    ("duration_s", "duration", 0),
-    ("input", "input", 0),
-    ("cache_read", "cache read", 0),
-    ("cache_write_5m", "write 5m", 0),
-    ("cache_write_1h", "write 1h", 0),
-    ("output_recorded", "out logged", 0),
-    ("output", "out priced", 0),
-    ("cost_cache_read", "$ read", 0),
-    ("cost_cache_write_5m", "$ w5m", 0),
-    ("cost_cache_write_1h", "$ w1h", 0),
-    ("cost_total", "$ total", 0),
-    ("compactions", "compact", 0),
-    ("compaction_calls", "c.calls", 0),
-    ("skipped", "skipped", 0),
+#: (column, header, drop rank: None = always shown, else lower ranks go first when the
+#: terminal is narrow) of the terminal table; the JSON and Parquet have every column.
+TABLE_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+    ("project", "project", None),
+    ("start", "start", None),
+    ("session", "session", None),
+    ("trace", "trace", 2),
+    ("kind", "kind", 7),
+    ("models", "models", 17),
+    ("requests", "reqs", None),
+    ("requests_with_usage", "w/usage", 6),
+    ("duration_s", "duration", 16),
+    ("input", "input", 13),
+    ("cache_read", "cache read", 15),
+    ("cache_write_5m", "write 5m", 11),
+    ("cache_write_1h", "write 1h", 9),
+    ("output_recorded", "out logged", 5),
+    ("output", "out priced", 12),
+    ("cost_uncached_input", "$ input", 20),
+    ("cost_cache_read", "$ read", 14),
+    ("cost_cache_write_5m", "$ w5m", 10),
+    ("cost_cache_write_1h", "$ w1h", 8),
+    ("cost_output", "$ output", 19),
+    ("cost_total", "$ total", None),
+    ("compactions", "compact", 18),
+    ("compaction_calls", "c.calls", 4),
+    ("skipped", "skipped", 3),
 )
 
 _DATE_SUFFIX = re.compile(r"-\d{8}$")
-_LEFT = frozenset({"trace", "session", "kind", "parent", "client", "format", "models"})
+_LEFT = frozenset(
+    {"project", "start", "trace", "session", "kind", "parent", "client", "format", "models"}
+)
+#: Characters of a session id shown: enough to tell sessions apart and to pass to
+#: `--session` (which takes a prefix).
+SESSION_CHARS = 13
 
 
-def render_table(df: pl.DataFrame, columns: Sequence[tuple[str, str, int]] = TABLE_COLUMNS) -> str:
-    """A fixed-width table for the terminal, with a TOTAL row.
+def render_table(
+    df: pl.DataFrame,
+    columns: Sequence[tuple[str, str, int | None]] = TABLE_COLUMNS,
+    *,
+    projects: Mapping[str, str] | None = None,
+    width: int | None = None,
+) -> str:
+    """The terminal table (reports/tables.py: it fits the terminal), with a TOTAL row.
 
     Numbers are right-aligned with thousands separators; dollars get 2 to 4 decimals (fewer
-    for larger amounts, the same for a whole column so the points line up); long text is cut
-    with an ellipsis (trace labels keep their end, where the file name is). A trace's label is
-    shown on its first session only, and model names are shortened (display only).
+    for larger amounts, the same for a whole column so the points line up). `projects`
+    (trace name -> project name: terminal output only, never a file) fills the project
+    column; without it the column is left out. A trace's project, start and name are shown
+    on its first session only; model names are shortened (display only).
     """
-    cols = [c for c in columns if c[0] in df.columns]
+    from reports.tables import Column, render
+
+    present = set(df.columns) | ({"project"} if projects is not None else set())
+    cols = [c for c in columns if c[0] in present]
     total = _total_row(df)
     body: list[list[str]] = []
     previous_trace = None
     for row in df.iter_rows(named=True):
         shown = dict(row)
+        shown["project"] = (projects or {}).get(str(row.get("trace")), "-")
+        if shown.get("session") is not None:
+            shown["session"] = _clip(str(shown["session"]), SESSION_CHARS, keep_end=False)
         if shown.get("trace") == previous_trace:
-            shown["trace"] = ""  # one label per trace: its sessions follow as a group
+            for name in ("trace", "project", "start"):  # its sessions follow as a group
+                shown[name] = ""
         previous_trace = row.get("trace")
         if shown.get("models") is not None:
             shown["models"] = _short_models(str(shown["models"]))
-        body.append([_cell(name, shown[name], width, df) for name, _, width in cols])
-    foot = [_cell(name, total[name], width, df) if name in total else "" for name, _, width in cols]
-    header = [h for _, h, _ in cols]
-    widths = [max(len(x) for x in column) for column in zip(header, *body, foot, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            cell.ljust(w) if name in _LEFT else cell.rjust(w)
-            for (name, _, _), cell, w in zip(cols, cells, widths, strict=True)
-        ]
-        return "  ".join(parts).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    out = [line(header), rule, *(line(r) for r in body), rule, line(foot)]
+        body.append([_cell(name, shown.get(name), df) for name, _, _ in cols])
+    foot = [_cell(name, total[name], df) if name in total else "" for name, _, _ in cols]
+    if cols and cols[0][0] != "session":
+        foot[0] = "TOTAL"  # in the first column, whichever is shown
+    table = [
+        Column(
+            header,
+            right=name not in _LEFT,
+            wrap=name in ("trace", "models"),
+            drop=drop,
+        )
+        for name, header, drop in cols
+    ]
+    notes = []
     unpriced = df.filter(pl.col("unpriced_models").is_not_null()) if len(df) else df
     if len(unpriced):
         names = sorted({m for v in unpriced["unpriced_models"] for m in str(v).split(",")})
-        out.append(
+        notes.append(
             f"* dollars exclude {len(unpriced)} session(s) with unpriced models: "
             + ", ".join(names)
         )
-    return "\n".join(out) + "\n"
+    return render(table, [*body, foot], notes=notes, width=width)
 
 
 def _total_row(df: pl.DataFrame) -> dict[str, Any]:
-    total: dict[str, Any] = {"trace": "TOTAL", "session": f"{len(df)} sessions"}
+    total: dict[str, Any] = {"session": f"{len(df)} sessions"}
     for name in (
         "requests",
         "requests_with_usage",
@@ -254,11 +284,13 @@ def _total_row(df: pl.DataFrame) -> dict[str, Any]:
     return total
 
 
-def _cell(name: str, value: Any, width: int, df: pl.DataFrame) -> str:
+def _cell(name: str, value: Any, df: pl.DataFrame) -> str:
     if value is None:
         return "-"
     if isinstance(value, str):
-        return _clip(value, width, keep_end=name == "trace") if width else value
+        return value
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M")
     if name == "duration_s":
         return _duration(float(value))
     if name.startswith("cost_"):
@@ -303,6 +335,15 @@ def _clip(text: str, width: int, *, keep_end: bool) -> str:
     return "…" + text[-(width - 1) :] if keep_end else text[: width - 1] + "…"
 
 
-def to_json(df: pl.DataFrame) -> str:
-    """The table as a JSON array of row objects (every column, nulls as null)."""
-    return json.dumps(df.to_dicts(), indent=2, ensure_ascii=False) + "\n"
+def to_json(df: pl.DataFrame, skipped: int | None = None) -> str:
+    """{"sessions": one object per row (every column but the per-trace `skipped`, nulls as
+    null, `start` as ISO-8601 UTC), "skipped_lines": damaged lines skipped, stated once}.
+
+    `skipped` is the command's count of damaged lines; without it, the rows' per-trace
+    counts summed once per trace."""
+    if skipped is None:
+        per_trace = df.group_by("trace").agg(pl.col("skipped").first()) if len(df) else None
+        skipped = int(per_trace["skipped"].sum()) if per_trace is not None else 0
+    rows = df.drop("skipped").with_columns(pl.col("start").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ"))
+    document = {"sessions": rows.to_dicts(), "skipped_lines": skipped}
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

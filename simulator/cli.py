@@ -6,9 +6,12 @@ traceback, and writes its outputs atomically.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,19 +22,102 @@ from simulator.cli_options import fail as _fail
 from simulator.cli_options import jobs as _jobs
 from simulator.cli_options import lenient as _lenient
 from simulator.cli_options import no_cache as _no_cache
-from simulator.cli_options import paths as _paths
-from simulator.files import atomic_write
+from simulator.cli_options import selection as _selection
+from simulator.cli_options import sources as _sources
+from simulator.files import OutputError, atomic_write, check_target
 from traces.errors import TraceError
 
 if TYPE_CHECKING:  # the commands import what they use lazily, to start fast
     from simulator.model import Trace
     from simulator.policy import Policy
+    from traces.select import Filters, SessionInfo
 
 
 def _cache(no_cache: bool) -> Any:
     from traces.cache import CompileCache, default_root
 
     return None if no_cache else CompileCache(default_root())
+
+
+@dataclass
+class Reading:
+    """What a command reads: the folders and files (as the user gave them, or the agents'
+    own when none was given: traces/home.py), the filters (traces/select.py), and what was
+    learnt of each session on the way, for the terminal tables and the line saying what
+    was read. Project names live here and in terminal output only, never in a file."""
+
+    filters: Filters
+    roots: list[tuple[Path, str]] = field(default_factory=list)
+    defaulted: bool = False
+    info: dict[str, SessionInfo] = field(default_factory=dict)
+    by_name: dict[str, SessionInfo] = field(default_factory=dict)
+    left_out: int = 0
+
+    @classmethod
+    def of(cls, paths: Sequence[Path], filters: Filters | None = None) -> Reading:
+        from traces.home import HomeError, default_places
+        from traces.select import Filters
+
+        reading = cls(filters or Filters())
+        if paths:
+            reading.roots = [(p, str(p)) for p in paths]
+            return reading
+        try:
+            places = default_places(reading.filters.agent)
+        except HomeError as exc:
+            _fail(str(exc))
+        reading.roots = [(place.path, place.shown) for place in places]
+        reading.defaulted = True
+        return reading
+
+    @property
+    def paths(self) -> list[Path]:
+        return [p for p, _ in self.roots]
+
+    def where(self, label: str) -> str:
+        """A file label (its path from the folder above the root given) as the user
+        would write it: the path they gave, joined with the rest of the label."""
+        for path, shown in self.roots:
+            if path.is_file():
+                if label == path.name:
+                    return shown
+                continue
+            if not path.name or label == path.name or label.startswith(path.name + os.sep):
+                return str(Path(shown).parent / label)
+        return label
+
+    def message(self, text: str) -> str:
+        """`text` (a problem: "label:line: ..." or "label: ...") with its label written as
+        the user's path."""
+        found = _LOCATED.match(text)
+        if found is None:
+            return text
+        return self.where(found["label"]) + text[len(found["label"]) :]
+
+    def error(self, exc: TraceError) -> str:
+        where = self.where(exc.file)
+        where = f"{where}:{exc.line}" if exc.line > 0 else where
+        return f"{where}: {exc.message} [{exc.category}]"
+
+    def noted(self, item: Any) -> None:
+        info = self.info.get(item.label)
+        if info is not None:
+            self.by_name[item.name.removesuffix(".ctxt")] = info
+
+    def line(self) -> str:
+        """ "read 412 session(s) in 37 project(s), 2026-05-02 to 2026-11-30 from ..."."""
+        from traces.select import read_line
+
+        text = "read " + read_line(self.info.values())
+        if self.defaulted:
+            text += " from " + ", ".join(shown for _, shown in self.roots)
+        if self.filters.active:
+            text += f" ({self.filters.describe()}; {self.left_out} other(s) left out)"
+        return text
+
+
+#: A located message: its file label, then `:line` or not, then `: `.
+_LOCATED = re.compile(r"^(?P<label>.+?)(?::\d+)?: ")
 
 
 def _loaded(
@@ -41,16 +127,29 @@ def _loaded(
     label: str,
     jobs: int = 0,
     tally: Any = None,
+    reading: Reading | None = None,
 ) -> Iterator[Any]:
-    """Compile (or fetch from cache) every trace under `paths`, with a progress bar; what
-    was read, skipped and passed over is added to `tally` (a traces.load.InputTally)."""
+    """Compile (or fetch from cache) every trace under `paths` that the reading's filters
+    keep, with a progress bar; what was read, skipped and passed over is added to `tally`
+    (a traces.load.InputTally), and what is known of each session to `reading`."""
     from traces.load import default_jobs, load_all, units_and_others
+    from traces.select import select
 
+    if reading is None:
+        reading = Reading.of(paths)
+        learn = False
+    else:
+        learn = True
     try:
-        found, others = units_and_others(list(paths))
+        found, others = units_and_others(reading.paths)
+        if learn:
+            chosen = select(found, reading.filters, Path.home())
+            found = chosen.units
+            reading.info = chosen.info
+            reading.left_out = chosen.left_out
     except TraceError as exc:
-        _fail(str(exc))
-    _note_others(others)
+        _fail(reading.error(exc))
+    _note_others([reading.where(o) for o in others])
     if tally is not None:
         tally.passed_over += len(others)
     cache = _cache(no_cache)
@@ -61,6 +160,7 @@ def _loaded(
         for item in items:
             if tally is not None:
                 tally.add(item)
+            reading.noted(item)
             yield item
 
     try:
@@ -70,7 +170,24 @@ def _loaded(
         else:
             yield from counted(results)
     except TraceError as exc:
-        _fail(str(exc))
+        _fail(reading.error(exc))
+
+
+def _said(reading: Reading, tally: Any, *, err: bool = False) -> None:
+    """The closing lines of a command that read traces, wrapped to the terminal: what was
+    read, the pointer to `traces validate` when damaged lines were skipped, and the input
+    tally (traces/load.py InputTally), last."""
+    from reports.tables import wrap
+
+    lines = [reading.line()]
+    if tally.damaged:
+        lines.append(
+            f"{tally.damaged:,} damaged line(s) skipped: `ctxsim traces validate` lists "
+            "them; --strict stops at the first"
+        )
+    lines.append(tally.line(lenient=tally.damaged > 0))
+    for line in wrap(lines):
+        click.echo(line, err=err)
 
 
 def _tally() -> Any:
@@ -118,7 +235,18 @@ def _note_others(others: list[str]) -> None:
         )
 
 
-@click.group()
+class _Main(click.Group):
+    """The command group: an output that cannot be written (simulator/files.py
+    OutputError, from any command) is one error line and exit 2, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OutputError as exc:
+            _fail(str(exc))
+
+
+@click.group(cls=_Main)
 @click.version_option(package_name="ctxsim")
 def main() -> None:
     """ctxsim: replay recorded agent sessions through context-compaction policies."""
@@ -139,84 +267,109 @@ _session_charts = click.option(
 
 
 @traces.command("import")
-@_paths
+@_sources
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Directory.")
+@_selection
 @_lenient
 @_no_cache
 @_jobs
-def import_(src: tuple[Path, ...], out: Path, lenient: bool, no_cache: bool, jobs: int) -> None:
-    """Compile traces into content-free .ctxt files under OUT."""
+def import_(
+    src: tuple[Path, ...], out: Path, filters: Filters, lenient: bool, no_cache: bool, jobs: int
+) -> None:
+    """Compile traces into content-free .ctxt files under OUT (no SRC: your sessions)."""
     from traces.load import import_into
 
     tally = _tally()
-    summary = import_into(_loaded(src, lenient, no_cache, "importing", jobs, tally), out)
+    reading = Reading.of(src, filters)
+    loaded = _loaded(src, lenient, no_cache, "importing", jobs, tally, reading)
+    try:
+        summary = import_into(loaded, out)
+    except TraceError as exc:  # --out unwritable (traces/load.py import_into)
+        _fail(str(exc))
     msg = f"imported {summary.written} trace(s) into {out} ({summary.from_cache} from cache)"
     skipped = summary.skipped_problems
     if skipped:
-        msg += f"; skipped {skipped} bad line(s) (--lenient)"
+        msg += f"; skipped {skipped} bad line(s)"
     click.echo(msg)
-    click.echo(tally.line(lenient=lenient))
+    _said(reading, tally)
 
 
 @traces.command()
-@_paths
+@_sources
+@_selection
 @_lenient
-def validate(src: tuple[Path, ...], lenient: bool) -> None:
-    """Check traces and list every problem with its file and line.
+def validate(src: tuple[Path, ...], filters: Filters, lenient: bool) -> None:
+    """Check traces and list every problem with its file and line (no SRC: your sessions).
 
-    Exits 1 when a problem was found, unless --lenient (problems are then only counted).
+    Exits 1 when a problem was found with --strict (problems are otherwise only listed).
     """
     from traces.load import InputTally, load_unit, units_and_others
+    from traces.select import select
 
+    reading = Reading.of(src, filters)
     try:
-        found, others = units_and_others(list(src))
+        found, others = units_and_others(reading.paths)
+        chosen = select(found, reading.filters, Path.home())
     except TraceError as exc:
-        _fail(str(exc))
+        _fail(reading.error(exc))
+    reading.info, reading.left_out = chosen.info, chosen.left_out
     for label in others:
-        click.echo(f"{label}: not a trace of a known format (passed over)")
+        click.echo(f"{reading.where(label)}: not a trace of a known format (passed over)")
     tally = InputTally(passed_over=len(others))
     problems = 0
-    for unit in found:
+    for unit in chosen.units:
         try:
             item = load_unit(unit, lenient=True, cache=None)
         except TraceError as exc:
-            click.echo(str(exc))
+            click.echo(reading.error(exc))
             problems += 1
             continue
         tally.add(item)
         for message in item.problems:
-            click.echo(message)
+            click.echo(reading.message(message))
         problems += len(item.problems)
         sessions = len(item.trace.sessions)
         requests = sum(s.n_requests for s in item.trace.sessions)
         status = "ok" if not item.problems else f"{len(item.problems)} problem(s)"
-        click.echo(f"{item.label}: {sessions} session(s), {requests} request(s): {status}")
-    click.echo(tally.line(lenient=lenient))
-    summary = f"{len(found)} trace(s), {problems} problem(s)"
+        where = reading.where(item.label)
+        click.echo(f"{where}: {sessions} session(s), {requests} request(s): {status}")
+    summary = f"{len(chosen.units)} trace(s), {problems} problem(s)"
     if others:
         summary += f", {len(others)} file(s) passed over"
+    _said(reading, tally)
     click.echo(summary)
     if problems and not lenient:
         sys.exit(1)
 
 
 @traces.command()
-@_paths
+@_sources
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--parquet", type=click.Path(path_type=Path), help="Also write the rows here.")
+@click.option(
+    "--parquet",
+    type=click.Path(path_type=Path),
+    help="Also write the rows here (no paths or project names: traces by compiled name).",
+)
+@_selection
 @_lenient
 @_no_cache
 def stats(
-    src: tuple[Path, ...], as_json: bool, parquet: Path | None, lenient: bool, no_cache: bool
+    src: tuple[Path, ...],
+    as_json: bool,
+    parquet: Path | None,
+    filters: Filters,
+    lenient: bool,
+    no_cache: bool,
 ) -> None:
-    """Per session: requests, duration, recorded tokens and cost, recorded compactions."""
+    """Per session: project, start, requests, duration, recorded tokens and dollars (input,
+    output, cache), recorded compactions (no SRC: your sessions)."""
     from reports.trace_stats import render_table, session_stats, to_json
     from simulator.pricing import PriceBook, UnknownModelError
 
     tally = _tally()
-    loaded = [
-        (item.label, item.trace) for item in _loaded(src, lenient, no_cache, "reading", 0, tally)
-    ]
+    reading = Reading.of(src, filters)
+    items = list(_loaded(src, lenient, no_cache, "reading", 0, tally, reading))
+    loaded = [(item.name.removesuffix(".ctxt"), item.trace) for item in items]
     try:
         df = session_stats(loaded, PriceBook())
     except UnknownModelError as exc:
@@ -227,8 +380,12 @@ def stats(
         buf = io.BytesIO()
         df.write_parquet(buf, statistics=False)
         atomic_write(parquet, buf.getvalue())
-    click.echo(to_json(df) if as_json else render_table(df))
-    click.echo(tally.line(lenient=lenient), err=as_json)  # --json keeps stdout one document
+    if as_json:
+        click.echo(to_json(df, skipped=tally.damaged), nl=False)
+    else:
+        projects = {name: info.project or "-" for name, info in reading.by_name.items()}
+        click.echo(render_table(df, projects=projects), nl=False)
+    _said(reading, tally, err=as_json)  # --json keeps stdout one document
 
 
 # -- run and fidelity ---------------------------------------------------------------------
@@ -341,18 +498,27 @@ def _no_such_param(names: list[str], key: str, value: Any) -> str:
 
 
 def _named_traces(
-    paths: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int, tally: Any = None
+    paths: tuple[Path, ...],
+    lenient: bool,
+    no_cache: bool,
+    jobs: int,
+    tally: Any = None,
+    reading: Reading | None = None,
 ) -> list[tuple[str, Trace]]:
-    """(name, trace) of every trace under `paths`, named as traces/load.py `named_traces`
-    names them (no directory)."""
+    """(name, trace) of every trace under `paths` (or `reading`'s, filtered), named as
+    traces/load.py `named_traces` names them (no directory)."""
     from traces.load import NameClash, named_traces
 
     try:
-        named = named_traces(_loaded(paths, lenient, no_cache, "reading", jobs, tally))
+        named = named_traces(_loaded(paths, lenient, no_cache, "reading", jobs, tally, reading))
     except NameClash as exc:
         _fail(str(exc))
     if not named:
-        _fail("no trace found in " + ", ".join(p.name or str(p) for p in paths))
+        where = ", ".join(shown for _, shown in reading.roots) if reading else ""
+        where = where or ", ".join(p.name or str(p) for p in paths)
+        if reading is not None and reading.filters.active:
+            _fail(f"no session in {where} matches {reading.filters.describe()}")
+        _fail("no trace found in " + where)
     return named
 
 
@@ -364,6 +530,7 @@ def policies() -> None:
 @policies.command("list")
 def policies_list() -> None:
     """Every registered policy, with its version and what it is."""
+    from reports.tables import Column, render
     from simulator import policy as registry
 
     rows = []
@@ -373,10 +540,9 @@ def policies_list() -> None:
         if not doc or cls.__doc__ == registry.Policy.__doc__:
             module = __import__(cls.__module__, fromlist=["_"])
             doc = (module.__doc__ or "").strip().splitlines()
-        rows.append((name, cls.version, doc[0] if doc else ""))
-    width = max(len(r[0]) for r in rows)
-    for name, version, summary in rows:
-        click.echo(f"{name.ljust(width)}  {version:<8}  {summary}")
+        rows.append([name, cls.version, doc[0] if doc else ""])
+    columns = [Column("policy"), Column("version"), Column("what it is", wrap=True)]
+    click.echo(render(columns, rows), nl=False)
 
 
 @policies.command("show")
@@ -405,23 +571,30 @@ def policies_show(name: str) -> None:
         _fail(str(exc))
     import orjson
 
-    rows = [("name", "type", "unit", "default", "meaning", "source")]
+    from reports.tables import Column, render
+
+    rows = []
     for key, (value, source) in sorted(sources.items()):
         declared = cls.declared.get(key)
         shown = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
         if declared is None:
-            rows.append((key, "?", "", shown, "(not declared)", source))
+            rows.append([key, "?", "", shown, "(not declared)", source])
         else:
-            rows.append((key, declared.type, declared.unit, shown, declared.meaning, source))
-    # A long default (a list of tools) overflows its cell rather than widen the column.
-    widths = [max(len(row[i]) for row in rows if i != 3 or len(row[i]) <= 24) for i in range(5)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        click.echo("  " + "  ".join([*cells, row[5]]).rstrip())
+            rows.append([key, declared.type, declared.unit, shown, declared.meaning, source])
+    # A long default (a list of tools) wraps in its cell; the meaning wraps first.
+    columns = [
+        Column("name"),
+        Column("type", drop=2),
+        Column("unit", drop=1),
+        Column("default", wrap=True),
+        Column("meaning", wrap=True),
+        Column("source", wrap=True, drop=3),
+    ]
+    click.echo(render(columns, rows), nl=False)
 
 
 @main.command()
-@_paths
+@_sources
 @click.option(
     "--policy",
     "policy_names",
@@ -448,19 +621,29 @@ def policies_show(name: str) -> None:
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for policies.")
 @click.option(
-    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory."
+    "--refetch/--no-refetch",
+    default=False,
+    show_default=True,
+    help="Semi-closed loop: the agent fetches back dropped content it uses again "
+    "(reports/METRICS.md, Re-fetch); off: open loop.",
+)
+@click.option(
+    "--out", required=True, type=click.Path(path_type=Path), help="Directory (a run's own)."
 )
 @click.option("--no-report", is_flag=True, help="Write only the Parquet files and the manifest.")
 @_session_charts
+@_selection
 @_lenient
 @_no_cache
 @_jobs
 def run(
     src: tuple[Path, ...],
+    filters: Filters,
     policy_names: tuple[str, ...],
     params: tuple[str, ...],
     cache: str,
     seed: int,
+    refetch: bool,
     out: Path,
     no_report: bool,
     session_charts: int,
@@ -471,12 +654,14 @@ def run(
     """Replay traces under policies; write requests.parquet, sessions.parquet, manifest.json,
     then charts/ and report.html drawn from them, and print a summary per policy.
 
-    The Parquet files and the manifest are all computed before the first is written, each
-    is written atomically, and the charts and report are then drawn from the written files;
-    the same inputs give byte-identical files.
+    The Parquet files and the manifest are all computed before the first is written; the
+    charts and report are drawn from them, and the whole directory is committed as a unit
+    (simulator/run.py write); the same inputs give byte-identical files.
     """
+    from reports.tables import render_run_summary, wrap
     from simulator import run as service
-    from simulator.outputs import render_summary
+
+    check_target(out)  # an unwritable --out fails before the replay, not after
 
     parsed: list[Param] = []
     for text in params:
@@ -486,42 +671,52 @@ def run(
             _fail(f"-P {exc.message}")
     policies = _build_policies(policy_names, parsed)
     tally = _tally()
-    named = _named_traces(src, lenient, no_cache, jobs, tally)
-    settings = service.RunSettings(seed=seed, cache=cache, lenient=lenient)
+    reading = Reading.of(src, filters)
+    named = _named_traces(src, lenient, no_cache, jobs, tally, reading)
+    settings = service.RunSettings(seed=seed, cache=cache, lenient=lenient, refetch=refetch)
     outputs = service.run(
         named, policies, settings, progress=lambda units: _progress(units, "replaying")
     )
-    service.write(outputs, out)
+    draw = not no_report and outputs.requests.height  # nothing to draw without a request
+    names = service.write(outputs, out, _drawing(session_charts) if draw else None)
     written = list(outputs.files)
-    if not no_report and outputs.requests.height:  # nothing to draw without a request
-        written.append(_write_report(out, session_charts))
-    click.echo(render_summary(outputs), nl=False)
-    click.echo(
-        f"wrote {', '.join(written)} to {out} "
-        f"({outputs.requests.height:,} request rows, {outputs.sessions.height:,} session rows)"
-    )
-    click.echo(tally.line(lenient=lenient))
+    if draw:
+        charts = sum(name.endswith(".png") for name in names)
+        written.append(f"report.html and {charts} chart(s)")
+    click.echo(render_run_summary(outputs), nl=False)
+    for line in wrap(
+        [
+            f"wrote {', '.join(written)} to {out} ({outputs.requests.height:,} request rows, "
+            f"{outputs.sessions.height:,} session rows)"
+        ]
+    ):
+        click.echo(line)
+    _said(reading, tally)
 
 
-def _write_report(run_dir: Path, session_charts: int) -> str:
-    """Draw the charts and report.html from the run's files; returns what was written."""
-    from reports.html import REPORT_FILE, ReportError, build_report, stale_charts
+def _drawing(session_charts: int) -> Any:
+    """Draws the charts and report.html of a (staged) run directory from its files."""
+    from reports.html import ReportError, build_report
 
     def bar(keys: list[tuple[str, int]]) -> Iterator[tuple[str, int]]:
         return _progress(keys, "drawing charts")
 
-    try:
-        files = build_report(run_dir, session_limit=session_charts, progress=bar)
-    except ReportError as exc:
-        _fail(str(exc))
-    try:
-        stale = stale_charts(run_dir, files)
-    except ReportError as exc:
-        _fail(str(exc))
-    for path in stale:
-        path.unlink()
-    for name, data in sorted(files.items()):
-        atomic_write(run_dir / name, data)
+    def draw(run_dir: Path) -> dict[str, bytes]:
+        try:
+            return build_report(run_dir, session_limit=session_charts, progress=bar)
+        except ReportError as exc:
+            _fail(str(exc))
+
+    return draw
+
+
+def _write_report(run_dir: Path, session_charts: int) -> str:
+    """Draw the charts and report.html from the run's files and put them in the run
+    directory as one unit; returns what was written."""
+    from reports.html import REPORT_FILE, write_report
+
+    files = _drawing(session_charts)(run_dir)
+    write_report(run_dir, files)
     charts = sum(name.endswith(".png") for name in files)
     return f"{REPORT_FILE} and {charts} chart(s)"
 
@@ -565,11 +760,18 @@ def _compare_options(func: Any) -> Any:
 @_compare_options
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Also write compare.md and compare.png (the two runs side by side) here.",
 )
-def compare(baseline: Path, candidate: Path, out: Path | None, **limits: str | None) -> None:
-    """Compare two run directories; print a markdown table (a CI job summary).
+@click.option(
+    "--markdown",
+    is_flag=True,
+    help="Print the markdown of compare.md (a CI job summary) instead of a terminal table.",
+)
+def compare(
+    baseline: Path, candidate: Path, out: Path | None, markdown: bool, **limits: str | None
+) -> None:
+    """Compare two run directories; print a table (--markdown: a CI job summary).
 
     Exit status: 0 when every stated limit holds, 1 when one is crossed, 2 when the runs
     cannot be compared (missing files, different traces, nothing to pair).
@@ -599,32 +801,42 @@ def compare(baseline: Path, candidate: Path, out: Path | None, **limits: str | N
         atomic_write(out / "compare.md", text.encode("utf-8"))
         chart = compare_chart(base.requests, cand.requests, result.pairs)
         atomic_write(out / "compare.png", chart)
-    click.echo(text, nl=False)
+    click.echo(text if markdown else cmp.render_terminal(result), nl=False)
     sys.exit(result.exit_code)
 
 
 @main.command()
-@_paths
+@_sources
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Also write fidelity.parquet and fidelity_sessions.parquet here.",
 )
+@_selection
 @_lenient
 @_no_cache
 @_jobs
 def fidelity(
-    src: tuple[Path, ...], out: Path | None, lenient: bool, no_cache: bool, jobs: int
+    src: tuple[Path, ...],
+    out: Path | None,
+    filters: Filters,
+    lenient: bool,
+    no_cache: bool,
+    jobs: int,
 ) -> None:
-    """Check the cost model: replay as-recorded and compare every request with its usage."""
+    """Check the cost model: replay as-recorded and compare every request with its usage
+    (no SRC: your sessions)."""
+    from reports.fidelity_report import render
+    from reports.tables import wrap
     from simulator import policy as registry
-    from simulator.fidelity import compare, inferred, render, sessions_without_usage, summarize
+    from simulator.fidelity import compare, inferred, sessions_without_usage, summarize
     from simulator.outputs import parquet_bytes
     from simulator.pricing import PriceBook
     from simulator.replay import replay
 
     tally = _tally()
-    named = _named_traces(src, lenient, no_cache, jobs, tally)
+    reading = Reading.of(src, filters)
+    named = _named_traces(src, lenient, no_cache, jobs, tally, reading)
     prices = PriceBook()
     frame = replay(named, registry.build("as-recorded"), prices=prices)
     per_request = compare(frame, named, prices)
@@ -638,8 +850,12 @@ def fidelity(
         }
         for name, data in files.items():
             atomic_write(out / name, data)
-    click.echo(render(sessions, overall), nl=False)
-    click.echo(tally.line(lenient=lenient))
+    labels = {
+        name: (info.project or "-", info.start_text) for name, info in reading.by_name.items()
+    }
+    for line in wrap(render(sessions, overall, labels=labels).splitlines()):
+        click.echo(line)
+    _said(reading, tally)
 
 
 from simulator.cli_sweep import sweep, tune  # noqa: E402

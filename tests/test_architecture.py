@@ -7,7 +7,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The CLI and the Python API are the modules that wire readers, policies and reports together.
-WIRING = {ROOT / "simulator" / name for name in ("cli.py", "cli_sweep.py", "api.py")}
+WIRING = {
+    ROOT / "simulator" / name for name in ("cli.py", "cli_sweep.py", "cli_options.py", "api.py")
+}
 #: What `policies` and `traces` may take from the core: its model and view types (the trace
 #: model; the view, its prefix items and history schedule; the policy protocol and its
 #: typed parameters; the facts of the models a session runs on).

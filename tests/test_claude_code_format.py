@@ -147,8 +147,8 @@ def test_stats_table_and_json_say_what_was_skipped(folder: Path) -> None:
     assert table.stdout.splitlines()[-1] == LINE
     as_json = cli("traces", "stats", folder, "--lenient", "--json")
     assert as_json.exit_code == 0, as_json.output
-    rows = json.loads(as_json.stdout)  # stdout stays one JSON document
-    assert len(rows) == 1
+    document = json.loads(as_json.stdout)  # stdout stays one JSON document
+    assert len(document["sessions"]) == 1 and document["skipped_lines"] == 1
     assert as_json.stderr.splitlines()[-1] == LINE
 
 

@@ -353,7 +353,7 @@ def test_traces_stats_command_totals_match_raw_json(shared: Path) -> None:
         main, ["traces", "stats", str(shared / "claude-code"), "--json", "--lenient"]
     )
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["sessions"]
     got = {"input": 0, "cache_read": 0, "cache_write": 0}
     for row in rows:
         got["input"] += row["input"]

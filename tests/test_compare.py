@@ -41,8 +41,10 @@ def runs(tmp_path: Path, ctxsim_replay: Callable[..., Replay]) -> Iterator[tuple
     yield base, cand
 
 
-def compare(*args: Any) -> Result:
-    return CliRunner().invoke(main, ["compare", *(str(a) for a in args)])
+def compare(*args: Any, markdown: bool = True) -> Result:
+    """`ctxsim compare`, printing markdown (the CI job summary) unless `markdown` is off."""
+    argv = ["compare", *(str(a) for a in args), *(["--markdown"] if markdown else [])]
+    return CliRunner().invoke(main, argv)
 
 
 def _row(output: str, metric: str) -> str:
@@ -84,11 +86,13 @@ def test_a_crossed_limit_exits_1_and_is_named(runs: tuple[Path, Path]) -> None:
     assert result.exit_code == 1, result.output
     out = result.output
     assert "Baseline: `as-recorded`" in out and "Candidate: `toy`" in out
+    # the toy's overflowing call is a failed call, billed $0 (reports/METRICS.md)
     assert _row(out, "cost") == (
-        "| **as-recorded → toy** | cost | $0.0320 | $0.0571 | +$0.0251 (+78.4%) "
+        "| **as-recorded → toy** | cost | $0.0320 | $0.0525 | +$0.0205 (+64.1%) "
         "| increase ≤ 100% | ✅ ok |"
     )
-    assert _row(out, "overflows") == "|  | overflows | 0 | 1 | +1 | increase ≤ 0 | ❌ crossed |"
+    assert _row(out, "overflows") == "|  | overflows | 0 | 1 ! | +1 | increase ≤ 0 | ❌ crossed |"
+    assert "! overflowed: candidate as-recorded → toy (1) request(s) larger than" in out
     assert _row(out, "compactions") == "|  | compactions | 0 | 2 | +2 |  |  |"
     assert _row(out, "breaker trips") == "|  | breaker trips | 0 | 1 | +1 |  |  |"
     assert "**1 limit(s) crossed:**" in out
@@ -123,7 +127,7 @@ def test_several_pairs_and_overall(runs: tuple[Path, Path], tmp_path: Path) -> N
     toy_hash = Toy().spec().param_hash[:6]
     other = registry.build("toy", {"window": 4_000}).spec().param_hash[:6]
     assert named == ["**as-recorded**", f"**toy ({toy_hash} → {other})**", "**overall**"]
-    assert "|  | overflows | 1 | 0 | -1 (-100.0%) | increase ≤ 0 | ✅ ok |" in result.output
+    assert "|  | overflows | 1 ! | 0 | -1 (-100.0%) | increase ≤ 0 | ✅ ok |" in result.output
 
 
 def _run(out: Path, policy: str, **params: Any) -> Path:
@@ -286,3 +290,23 @@ def test_a_policy_that_edits_its_context_is_seen_and_gated(tmp_path: Path) -> No
     assert _row(result.output, "context edits").startswith("|  | context edits | 0 | 2 | +2 |")
     assert "| tokens edited out | 0 | 1,976 |" in _row(result.output, "tokens edited out")
     assert _row(result.output, "compactions").startswith("|  | compactions | 0 | 0 |")
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_terminal_table_fits_and_flags_the_overflowing_policy(
+    runs: tuple[Path, Path], width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --markdown the same figures come as a table no wider than COLUMNS; the toy
+    policy's one overflow is marked in its cell and named under the table."""
+    base, cand = runs
+    monkeypatch.setenv("COLUMNS", str(width))
+    result = compare(base, cand, "--max-overflow-increase", "0", markdown=False)
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert not any(line.startswith("|") for line in lines)  # no markdown
+    (overflows,) = [line for line in lines if line.split()[:1] == ["overflows"]]
+    assert overflows.split()[1:5] == ["0", "1", "!", "+1"]
+    text = " ".join(lines)
+    assert "! overflowed: candidate as-recorded → toy (1)" in text
+    assert "1 limit(s) crossed:" in text

@@ -23,16 +23,18 @@ def _run(*args: str) -> tuple[int, str]:
 def test_list_names_every_registered_policy() -> None:
     code, out = _run("policies", "list")
     assert code == 0
-    listed = [line.split()[0] for line in out.splitlines()]
+    listed = [line.split()[0] for line in out.splitlines()[2:]]  # after the header and rule
     assert listed == registry.names()
     assert len(listed) >= 19
 
 
 def _table(out: str) -> dict[str, dict[str, str]]:
-    """`policies show`'s table by row name and column, cut at the header's column starts."""
-    header, *rows = out.splitlines()[1:]
+    """`policies show`'s table by row name and column, cut at the header's column starts
+    (printed to a pipe: no width limit, one line per row)."""
+    header, rule, *rows = out.splitlines()[1:]
+    assert set(rule) == {"─"}
     names = header.split()
-    starts = [header.index(f" {n} ") + 1 if n != "name" else 2 for n in names[:-1]]
+    starts = [0, *(header.index(f" {n} ") + 1 for n in names[1:-1])]
     starts.append(header.index(" source") + 1)
     table = {}
     for row in rows:

@@ -9,6 +9,7 @@ $/MTok): read 0.30, write 5m 3.75, output 15.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +28,7 @@ from traces.builder import Hasher, RecordedUsage, SessionBuilder
 SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "samples"
 SONNET = "claude-sonnet-4-5-20250929"
 T0 = 1_760_000_000_000
+START = datetime.fromtimestamp(T0 / 1000, UTC)  # sessions.parquet `start` of the first request
 MINUTE = 60_000
 FILES = {"requests.parquet", "sessions.parquet", "edits.parquet", "manifest.json"}
 #: What `ctxsim run` draws from those files (tests/test_report_html.py tests them).
@@ -101,7 +103,8 @@ def test_run_writes_its_tables_and_a_manifest(tiny: Path, tmp_path: Path) -> Non
             "skipped": {},
         }
     ]
-    assert (manifest["seed"], manifest["cache"], manifest["lenient"]) == (7, "auto", False)
+    # damaged lines are skipped by default (issue 15); --strict is recorded as not lenient
+    assert (manifest["seed"], manifest["cache"], manifest["lenient"]) == (7, "auto", True)
     assert manifest["rows"] == {"requests": 3, "sessions": 1, "edits": 0}
     assert manifest["prices"].startswith("genai-prices ")
     assert manifest["ctxsim_version"]
@@ -162,6 +165,7 @@ def test_sessions_row_equals_hand_computed_aggregate(tiny: Path, tmp_path: Path)
         "output": 600,
         "context_max": 7_800,
         "cache_hit_ratio": 13_000 / 20_800,
+        "start": START,
         "duration_s": 120.0,
         "unpriced_calls": 0,
         # loss proxies (no block of the tiny trace is the human's; no compaction)
@@ -311,6 +315,7 @@ def test_outputs_hold_no_message_text(tmp_path: Path) -> None:
     digests = {t["source_digest"] for t in manifest["traces"]} | set(manifest["files"].values())
     vocabulary = {"claude-code", "codex", "swe-agent", "auto", manifest["ctxsim_version"]}
     vocabulary |= {manifest["prices"], *(p["version"] for p in manifest["policies"])}
+    vocabulary |= {manifest["prices_date"]}  # an ISO date
     vocabulary |= {manifest["cache_rules"], manifest["model_facts"]}  # digests of the rules
     leftover = strings - allowed - digests - vocabulary
     assert all(s.isidentifier() or s.endswith(".parquet") for s in leftover), leftover

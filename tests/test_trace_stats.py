@@ -126,12 +126,21 @@ def test_strict_raises_on_unknown_model(traces: list[tuple[str, Trace]]) -> None
         session_stats(traces, PriceBook(), strict=True)
 
 
+def _lines(text: str) -> list[str]:
+    return text.rstrip("\n").split("\n")
+
+
 def test_render_table(traces: list[tuple[str, Trace]]) -> None:
-    text = render_table(session_stats(traces, PriceBook()))
-    lines = text.rstrip("\n").split("\n")
-    assert lines[0].split()[:3] == ["trace", "session", "kind"]
-    table = lines[:-1]  # the last line is the unpriced-models note
-    assert len({len(line) for line in table}) == 1  # fixed width, right-aligned to the end
+    projects = {"claude/some/long/path/main-0001.jsonl": "ctxsim", "codex/rollout-1.jsonl": "web"}
+    text = render_table(session_stats(traces, PriceBook()), projects=projects, width=400)
+    lines = _lines(text)
+    assert lines[0].split()[:4] == ["project", "start", "session", "trace"]
+    assert set(lines[1]) == {"─"}
+    main, sub = lines[2], lines[3]
+    # project and start (the first request, UTC) name the trace once; its sessions follow
+    assert main.startswith("ctxsim") and "1970-01-01 00:16" in main
+    assert sub.startswith(" ") and "agent-abc" in sub and "1970" not in sub
+    assert lines[5].startswith("web")
     total = lines[-2]
     assert total.startswith("TOTAL") and "4 sessions" in total
     assert "152,000" in text and "21,021" in total  # thousands separators; 21,001+10+10
@@ -139,18 +148,41 @@ def test_render_table(traces: list[tuple[str, Trace]]) -> None:
     assert "0.5154*" in total  # priced sessions only, flagged
     assert total.endswith(" 6")  # skipped counted once per trace: 1 + 5
     assert "0:05:00" in text  # duration of the main session
-    assert "…e/long/path/main-0001.jsonl" in lines[2]  # long label cut, keeping its end
-    assert lines[3].startswith(" ") and "agent-abc" in lines[3]  # label once per trace
-    assert "sonnet-4-5" in lines[2] and "claude-" not in lines[2]  # short names (display)
+    assert "sonnet-4-5" in main and "claude-" not in main  # short names (display)
     assert SYNTHETIC not in text
     assert lines[-1].startswith("* dollars exclude 1 session(s)") and "gpt-4.5-turbo" in lines[-1]
+    header = lines[0].split()
+    # input and output dollars: $0.123006 and $0.02325 for the main session (hand-computed
+    # in test_session_rows), each with the column's decimals
+    cells = main.split()
+    assert "$" in header and "0.1230" in cells and "0.0233" in cells
 
 
-def test_to_json_round_trips(traces: list[tuple[str, Trace]]) -> None:
+def test_render_table_fits_narrow_terminals(traces: list[tuple[str, Trace]]) -> None:
+    """At 80 columns the table keeps project, start, session, requests and total dollars,
+    leaves out what does not fit, and says what it left out."""
     df = session_stats(traces, PriceBook())
-    rows = json.loads(to_json(df))
-    assert len(rows) == 4 and set(rows[0]) == set(df.columns)
+    for width in (80, 120, 200):
+        lines = _lines(render_table(df, projects={}, width=width))
+        assert max(len(line) for line in lines) <= width, width
+        assert lines[0].split()[:3] == ["project", "start", "session"]
+        assert "$ total" in lines[0]
+    narrow = " ".join(_lines(render_table(df, projects={}, width=80)))
+    assert "column(s) left out at this width (trace" in narrow
+    wide = render_table(df, projects={}, width=400)
+    assert "left out" not in wide
+
+
+def test_to_json_states_the_skipped_count_once(traces: list[tuple[str, Trace]]) -> None:
+    df = session_stats(traces, PriceBook())
+    document = json.loads(to_json(df))
+    rows = document["sessions"]
+    assert len(rows) == 4 and set(rows[0]) == set(df.columns) - {"skipped"}
+    assert document["skipped_lines"] == 6  # 1 + 5, once per trace, not 1 + 1 + 1 + 5
+    assert json.loads(to_json(df, skipped=349))["skipped_lines"] == 349
     assert rows[0]["parent"] is None and rows[1]["parent"] == "main-0001"
+    assert rows[0]["start"] == "1970-01-01T00:16:40.000Z"  # ts 1,000,000 ms
+    assert rows[2]["start"] is None  # no request
     assert rows[3]["cost_total"] is None
 
 
@@ -158,7 +190,7 @@ def test_no_traces() -> None:
     df = session_stats([], PriceBook())
     assert df.height == 0 and "cost_total" in df.columns
     assert "TOTAL" in render_table(df)
-    assert json.loads(to_json(df)) == []
+    assert json.loads(to_json(df)) == {"sessions": [], "skipped_lines": 0}
 
 
 def test_recorded_compaction_call_and_logged_output_are_counted() -> None:
