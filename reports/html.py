@@ -28,6 +28,7 @@ from simulator.outputs import (
     SESSIONS_FILE,
     has_loss,
     policy_summary,
+    versus_recorded,
 )
 from simulator.run import listed_charts
 
@@ -127,9 +128,15 @@ def _versus(cost: float | None, recorded: float | None) -> str:
 
 
 def summary_cells(
-    policy: str, params: str, r: dict[str, Any], recorded: float | None = None
+    policy: str,
+    params: str,
+    r: dict[str, Any],
+    recorded: float | None = None,
+    compared: float | None = None,
 ) -> list[str]:
-    """One summary row's cells (the figures of simulator/outputs.py SUMMARY_COLUMNS)."""
+    """One summary row's cells (the figures of simulator/outputs.py SUMMARY_COLUMNS);
+    "vs recorded" is `compared` (the spec's dollars over the sessions that logged usage)
+    against `recorded` (the recording's over the same sessions)."""
     return [
         policy,
         params,
@@ -139,7 +146,7 @@ def summary_cells(
         _count(r["overflows"]),
         _count(r["breaker_trips"]),
         _dollars(r["cost_total"], r["unpriced_calls"]),
-        _versus(r["cost_total"], recorded),
+        _versus(compared, recorded),
         _percent(r["cache_hit_ratio"]),
         _percent(r["human_verbatim_share"]),
         _percent(r["summary_share"]),
@@ -157,15 +164,27 @@ def _marked(policy: str, overflows: int | None) -> str:
     return f"{policy} {FAILED_MARK}" if overflows else policy
 
 
-def _summary_table(requests: pl.DataFrame, recorded: float | None) -> tuple[str, str]:
+def _summary_table(requests: pl.DataFrame, sessions: pl.DataFrame) -> tuple[str, str]:
     """One row per policy spec (never a sum across policies: each replays the same work),
     and the note on the specs whose calls failed (a policy that overflows must not read as
     the cheapest or the one that loses least: its figures are of refused requests)."""
     summary = policy_summary(requests)
-    rows = [
-        summary_cells(_marked(r["policy"], r["overflows"]), r["params_hash"], r, recorded)
-        for r in summary.iter_rows(named=True)
-    ]
+    versus = {}
+    if "recorded_cost" in sessions.columns:
+        versus = {
+            (v["policy"], v["params_hash"]): v
+            for v in versus_recorded(sessions).iter_rows(named=True)
+            if v["compared_sessions"]
+        }
+    rows = []
+    for r in summary.iter_rows(named=True):
+        v = versus.get((r["policy"], r["params_hash"]), {})
+        marked = _marked(r["policy"], r["overflows"])
+        rows.append(
+            summary_cells(
+                marked, r["params_hash"], r, v.get("recorded_cost"), v.get("compared_cost")
+            )
+        )
     failed = [
         f"{r['policy']} ({r['overflows']:,} of {r['calls']:,} calls)"
         for r in summary.iter_rows(named=True)
@@ -422,7 +441,7 @@ def render(
         "<h2>Policies</h2>",
         _policies_table(manifest),
     ]
-    summary, failed_note = _summary_table(requests, manifest.get("recorded_cost"))
+    summary, failed_note = _summary_table(requests, sessions)
     parts += ["<h2>Summary</h2>", summary]
     if failed_note:
         parts.append(f'<p class="failed">{escape(failed_note)}</p>')

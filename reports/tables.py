@@ -207,10 +207,15 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
     """Per policy spec: recorded and simulated dollars and their difference, compactions,
     overflows (marked), breaker trips, cache hit ratio and the loss proxies
     (reports/METRICS.md); a policy that overflowed is marked and named under the table."""
-    from simulator.outputs import policy_summary
+    from simulator.outputs import policy_summary, versus_recorded
 
     summary = policy_summary(outputs.requests)
     recorded = outputs.recorded_cost
+    versus = {
+        (r["policy"], r["params_hash"]): r
+        for r in versus_recorded(outputs.sessions).iter_rows(named=True)
+    }
+    partial = False
     columns = [
         Column("policy", wrap=True),
         Column("params", drop=1),
@@ -238,14 +243,18 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
         if r["overflows"]:
             overflows += " " + OVERFLOW_MARK
             overflowed.append(f"{r['policy']} ({r['overflows']:,})")
+        v = versus.get((r["policy"], r["params_hash"]))
+        compared = v["compared_cost"] if v and v["compared_sessions"] else None
+        base = v["recorded_cost"] if v and v["compared_sessions"] else None
+        partial = partial or bool(v and v["compared_sessions"] < v["sessions"])
         rows.append(
             [
                 r["policy"],
                 r["params_hash"],
-                _usd(recorded),
+                _usd(base),
                 cost,
-                _signed_usd(r["cost_total"], recorded),
-                _signed_share(r["cost_total"], recorded),
+                _signed_usd(compared, base),
+                _signed_share(compared, base),
                 _count(r["compactions"]),
                 overflows,
                 _count(r["breaker_trips"]),
@@ -267,6 +276,11 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
         notes.append(
             f"recorded: ${recorded:,.4f}, the usage the traces logged, priced the same way; "
             "diff: simulated - recorded"
+        )
+    if partial:
+        notes.append(
+            "recorded $ and diff cover the sessions that logged usage only; simulated $ "
+            "covers every session"
         )
     notes.append(
         "compact: compaction calls; overflow: requests over the window; human kept: the "

@@ -425,7 +425,7 @@ def build_run(
     """Every output of a run, as frames and as the exact bytes to write (edits.parquet
     when `edits` holds the policies' edit tables)."""
     requests = request_rows([bill_failed(f) for f in frames])
-    sessions = session_rows(requests)
+    sessions = with_recorded(session_rows(requests), recorded_by_session(traces, prices))
     files = {REQUESTS_FILE: parquet_bytes(requests), SESSIONS_FILE: parquet_bytes(sessions)}
     edit_table = edit_rows(edits) if edits else None
     if edit_table is not None:
@@ -450,6 +450,56 @@ def build_run(
     }
     files[MANIFEST_FILE] = json_bytes(manifest)
     return RunOutputs(requests, sessions, manifest, files, recorded)
+
+
+def recorded_by_session(
+    traces: Sequence[tuple[str, Trace]], prices: PriceBook | None = None
+) -> pl.DataFrame:
+    """The recorded dollars of every session that logged usage (trace, session_index,
+    recorded_cost): what a policy's dollars for that session are read against."""
+    from simulator.fidelity import recorded
+    from simulator.replay import add_costs
+
+    rows = recorded(traces)
+    schema = {"trace": pl.String, "session_index": pl.Int32, "recorded_cost": pl.Float64}
+    if rows.height == 0:
+        return pl.DataFrame(schema=schema)
+    priced = add_costs(rows, prices or default_prices())
+    return (
+        priced.group_by(["trace", "session_index"])
+        .agg(_sum_or_null("cost_total").alias("recorded_cost"))
+        .select(pl.col("trace"), pl.col("session_index").cast(pl.Int32), "recorded_cost")
+    )
+
+
+def with_recorded(sessions: pl.DataFrame, recorded: pl.DataFrame) -> pl.DataFrame:
+    """Session rows with `recorded_cost` after `cost_total` (null where the session logged
+    no usage, e.g. SWE-agent trajectories), in their own order."""
+    keyed = recorded.with_columns(pl.col("session_index").cast(sessions["session_index"].dtype))
+    joined = sessions.join(keyed, on=["trace", "session_index"], how="left", maintain_order="left")
+    order = list(sessions.columns)
+    order.insert(order.index("cost_total") + 1, "recorded_cost")
+    return joined.select(order)
+
+
+def versus_recorded(sessions: pl.DataFrame) -> pl.DataFrame:
+    """Per policy spec, its dollars and the recording's over the same sessions (those that
+    logged usage): `compared_cost`, `recorded_cost`, `compared_sessions`, `sessions`. A
+    difference taken over all sessions would count the unlogged ones as pure extra cost."""
+    logged = pl.col("recorded_cost").is_not_null()
+    return (
+        sessions.group_by(["policy", "params_hash"])
+        .agg(
+            pl.when((logged & pl.col("cost_total").is_null()).any())
+            .then(None)
+            .otherwise(pl.col("cost_total").filter(logged).sum())
+            .alias("compared_cost"),
+            pl.col("recorded_cost").filter(logged).sum().alias("recorded_cost"),
+            logged.sum().cast(pl.Int64).alias("compared_sessions"),
+            pl.len().cast(pl.Int64).alias("sessions"),
+        )
+        .sort(["policy", "params_hash"])
+    )
 
 
 def recorded_cost(

@@ -136,7 +136,7 @@ def cli(*args: str | Path) -> Result:
 
 LINE = (
     "input: 1 trace(s); skipped 4 line(s) (3 metadata, 1 client-error); "
-    "1 damaged line(s) skipped (--lenient); 0 copied call(s) counted once; "
+    "1 damaged line(s) skipped; 0 copied call(s) counted once; "
     "passed over 1 file(s) holding no trace of a known format"
 )
 

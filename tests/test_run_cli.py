@@ -143,6 +143,8 @@ def test_sessions_row_equals_hand_computed_aggregate(tiny: Path, tmp_path: Path)
         "cost_output": 600 * 15e-6,
     }
     cost["cost_total"] = sum(cost.values())
+    # as-recorded sends what was sent: the recording's dollars are the same
+    cost["recorded_cost"] = cost["cost_total"]
     expected: dict[str, Any] = {
         "trace": "tiny",
         "session_index": 0,

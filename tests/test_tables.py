@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 from click.testing import CliRunner, Result
 from hypothesis import given, settings
@@ -112,17 +113,22 @@ def test_the_what_if_prints_dollars_events_and_losses_per_policy(
     ]
     rows = _summary_rows(result)
     assert set(rows) == {"as-recorded", "toy", "claude-code"}
-    for cells in rows.values():
+    # Only the tiny trace logged usage: the diff is each policy's dollars on that trace
+    # against the recording's, not its dollars on every trace.
+    sessions = pl.read_parquet(tmp_path / "o" / "sessions.parquet")
+    for policy, cells in rows.items():
         assert cells[2] == "0.0421"  # the recorded usage, the same for every policy
-        simulated = float(cells[3])
+        mine = sessions.filter((pl.col("policy") == policy) & (pl.col("trace") == "tiny"))
         assert cells[4][0] in "+-"
-        assert float(cells[4]) == pytest.approx(simulated - 0.04215, abs=1e-4)
+        assert float(cells[4]) == pytest.approx(mine["cost_total"].sum() - 0.04215, abs=1e-4)
+    assert rows["as-recorded"][4] == "+0.0000"  # it sends what was sent: the same dollars
     toy = rows["toy"]
     assert toy[6:9] == ["2", "4", "!"]  # two compaction calls; four overflows, marked
     assert rows["as-recorded"][6:8] == ["0", "0"]
     text = " ".join(result.output.split())
     assert "! overflowed: toy (4) request(s) larger than the model's context window" in text
     assert "recorded: $0.0421" in text
+    assert "recorded $ and diff cover the sessions that logged usage only" in text
 
 
 def test_a_narrow_terminal_keeps_the_what_if_figures(corpus: Path, tmp_path: Path) -> None:

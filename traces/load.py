@@ -157,7 +157,7 @@ class InputTally:
             f"{self.error_lines} client-error)",
         ]
         if lenient:
-            parts.append(f"{self.damaged} damaged line(s) skipped (--lenient)")
+            parts.append(f"{self.damaged} damaged line(s) skipped")
         parts.append(f"{self.copied_calls} copied call(s) counted once")
         parts.append(f"passed over {self.passed_over} file(s) holding no trace of a known format")
         return "; ".join(parts)
