@@ -407,7 +407,7 @@ def _prices_fact(manifest: dict[str, Any]) -> str:
     if not day:
         return prices
     table = prices.split(" as of ", 1)[0]
-    return f"prices: {table}, its newest rates (in force from {day})"
+    return f"prices: {table}, its newest rates (the latest dated change: {day})"
 
 
 def render(

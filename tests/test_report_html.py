@@ -244,4 +244,4 @@ def test_the_session_table_is_pivoted_by_policy_and_the_header_dates_the_prices(
     assert cells[4:6] == ["0", "0"] and cells[7:9] == ["2", "1 !"]  # tests/test_metrics.py
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert "9999" not in html.split("</p>", 1)[0].split('class="facts"')[1]
-    assert f"its newest rates (in force from {manifest['prices_date']})" in html
+    assert f"its newest rates (the latest dated change: {manifest['prices_date']})" in html
