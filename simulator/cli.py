@@ -830,7 +830,7 @@ def fidelity(
     from reports.tables import wrap
     from simulator import policy as registry
     from simulator.fidelity import compare, inferred, sessions_without_usage, summarize
-    from simulator.outputs import parquet_bytes
+    from simulator.outputs import as_written, parquet_bytes
     from simulator.pricing import PriceBook
     from simulator.replay import replay
 
@@ -845,7 +845,7 @@ def fidelity(
     overall["inferred"] = inferred(named)
     if out is not None:
         files = {
-            "fidelity.parquet": parquet_bytes(per_request),
+            "fidelity.parquet": parquet_bytes(as_written(per_request)),
             "fidelity_sessions.parquet": parquet_bytes(sessions),
         }
         for name, data in files.items():

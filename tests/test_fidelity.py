@@ -193,6 +193,7 @@ def test_cli_fidelity_prints_and_writes(tmp_path: Path) -> None:
     per_request = pl.read_parquet(tmp_path / "o" / "fidelity.parquet")
     sessions = pl.read_parquet(tmp_path / "o" / "fidelity_sessions.parquet")
     assert per_request.height == 6 and sessions.height == 2
+    assert per_request.schema["ts"] == pl.Datetime("ms", "UTC") and "ts_ms" not in per_request
     assert sessions["trace"].to_list() == ["bad", "tiny"]
     assert sessions["matched"].to_list() == [2, 3]
 
