@@ -46,6 +46,8 @@ from simulator.outputs import (
     policy_summary,
     request_rows,
     session_rows,
+    versus_recorded,
+    with_recorded,
 )
 from simulator.replay import replay
 
@@ -359,7 +361,9 @@ def test_every_documented_column_is_tested_and_every_column_documented(
     assert _documented("requests.parquet") == written
     sessions_tested = set(_session_a())
     sessions = session_rows(toy_a)
-    assert _documented("sessions.parquet") == sessions_tested == set(sessions.columns)
+    assert sessions_tested == set(sessions.columns)
+    # `recorded_cost` joins the session rows in build_run (tested below)
+    assert _documented("sessions.parquet") == sessions_tested | {"recorded_cost"}
     documented = _documented("Run summary")
     assert documented == set(SUMMARY_KEYS) | {
         "human_verbatim_share",
@@ -383,3 +387,43 @@ def test_the_loss_pass_lines_up_with_every_registered_policy() -> None:
         assert rows.filter(pl.col("summary_tokens") > pl.col("context_tokens")).is_empty()
         if name == "as-recorded":  # the samples' recordings compact twice
             assert int(rows["after_compaction"].sum()) == 2
+
+
+def test_session_rows_carry_the_recording_s_dollars_where_it_logged_usage() -> None:
+    """`with_recorded` puts each session's recorded dollars after `cost_total`, null for a
+    session that logged none; `versus_recorded` compares a spec's dollars over those only."""
+    sessions = pl.DataFrame(
+        {
+            "trace": ["a", "b", "a", "b"],
+            "session_index": pl.Series([0, 0, 0, 0], dtype=pl.Int32),
+            "policy": ["p", "p", "q", "q"],
+            "params_hash": ["h", "h", "k", "k"],
+            "cost_total": [1.0, 5.0, 2.0, 7.0],
+            "unpriced_calls": [0, 0, 0, 0],
+        }
+    )
+    recorded = pl.DataFrame(
+        {"trace": ["a"], "session_index": pl.Series([0], dtype=pl.Int32), "recorded_cost": [1.5]}
+    )
+    rows = with_recorded(sessions, recorded)
+    assert rows.columns.index("recorded_cost") == rows.columns.index("cost_total") + 1
+    assert rows["recorded_cost"].to_list() == [1.5, None, 1.5, None]
+    versus = versus_recorded(rows).to_dicts()
+    assert versus == [
+        {
+            "policy": "p",
+            "params_hash": "h",
+            "compared_cost": 1.0,
+            "recorded_cost": 1.5,
+            "compared_sessions": 1,
+            "sessions": 2,
+        },
+        {
+            "policy": "q",
+            "params_hash": "k",
+            "compared_cost": 2.0,
+            "recorded_cost": 1.5,
+            "compared_sessions": 1,
+            "sessions": 2,
+        },
+    ]
