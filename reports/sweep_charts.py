@@ -30,6 +30,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from reports.charts import POLICY_COLORS, RC, dollars_label, png_bytes, tokens_label
+from simulator.sweep import grid_keys
 
 #: (cells-table column, panel title, y label) of a parameter chart, in panel order.
 PANELS: tuple[tuple[str, str, str], ...] = (
@@ -66,13 +67,6 @@ def _axis_values(values: Sequence[Any]) -> tuple[list[Any], bool]:
     distinct = list(dict.fromkeys(values))
     numeric = all(_is_number(v) for v in distinct)
     return (sorted(distinct) if numeric else distinct), numeric
-
-
-def grid_keys(cells: pl.DataFrame) -> list[str]:
-    """The grid parameters of a cells table (every column between the keys and figures)."""
-    from simulator.sweep import CELL_FIGURES
-
-    return [c for c in cells.columns if c not in ("policy", "params_hash", *CELL_FIGURES)]
 
 
 def varying(cells: pl.DataFrame) -> list[str]:

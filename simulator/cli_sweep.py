@@ -129,21 +129,28 @@ TABLE_LIMIT = 40
 
 def _table(cells: Any, names: dict[str, str]) -> str:
     """Per cell: policy, grid values, cost, compactions, overflows, breaker trips, and the
-    loss proxies a reader weighs cost against (stale file references, re-sent tokens)."""
-    from simulator.outputs import text_table
-    from simulator.sweep import CELL_FIGURES
+    loss proxies a reader weighs cost against (stale file references, re-sent tokens), to
+    the terminal's width (reports/tables.py; matplotlib stays unimported)."""
+    from reports.tables import Column, render
+    from simulator.sweep import grid_keys
 
-    # The grid columns (reports/sweep_charts.py `grid_keys`), without importing matplotlib:
-    # a sweep with --no-charts draws nothing (issue 16).
-    keys = [c for c in cells.columns if c not in ("policy", "params_hash", *CELL_FIGURES)]
+    keys = grid_keys(cells)
     frame = cells
-    note = ""
+    notes = []
     if frame.height > TABLE_LIMIT:
         frame = frame.sort("cost_total", nulls_last=True).head(TABLE_LIMIT)
-        note = f"({TABLE_LIMIT} cheapest of {cells.height} cells; all in cells.parquet)\n"
+        notes.append(f"({TABLE_LIMIT} cheapest of {cells.height} cells; all in cells.parquet)")
     loss = [c for c in ("stale_file_refs", "resent_tokens") if c in cells.columns]
-    header = ["policy", "params", *(names.get(k, k) for k in keys)]
-    header += ["cost $", "compactions", "overflows", "trips", *(LOSS_HEADS[c] for c in loss)]
+    columns = [
+        Column("policy", wrap=True),
+        Column("params", drop=1),
+        *(Column(names.get(k, k), wrap=True) for k in keys),
+        Column("cost $", right=True),
+        Column("compactions", right=True),
+        Column("overflows", right=True),
+        Column("trips", right=True, drop=2),
+        *(Column(LOSS_HEADS[c], right=True, drop=3) for c in loss),
+    ]
     rows = []
     for r in frame.iter_rows(named=True):
         cost = r["cost_total"]
@@ -159,7 +166,7 @@ def _table(cells: Any, names: dict[str, str]) -> str:
                 ),
             ]
         )
-    return "\n".join(text_table(header, rows, left=2 + len(keys))) + "\n" + note
+    return render(columns, rows, notes=notes)
 
 
 def _shown(value: Any) -> str:

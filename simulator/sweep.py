@@ -940,6 +940,11 @@ REFETCH_FIGURES: dict[str, Any] = {
 CELL_FIGURES = tuple(dict.fromkeys((*SUMMARY_COLUMNS, *REFETCH_FIGURES)))
 
 
+def grid_keys(cells: pl.DataFrame) -> list[str]:
+    """The grid parameters of a cells table (every column between the keys and figures)."""
+    return [c for c in cells.columns if c not in ("policy", "params_hash", *CELL_FIGURES)]
+
+
 def _typed(values: list[Any]) -> pl.Series:
     """A grid parameter's values as one typed column: integers, numbers, booleans or
     strings when they are all of a kind, else their JSON text (None stays null)."""
