@@ -425,12 +425,13 @@ def build_run(
     """Every output of a run, as frames and as the exact bytes to write (edits.parquet
     when `edits` holds the policies' edit tables)."""
     requests = request_rows([bill_failed(f) for f in frames])
-    sessions = with_recorded(session_rows(requests), recorded_by_session(traces, prices))
+    logged = recorded_priced(traces, prices)
+    sessions = with_recorded(session_rows(requests), recorded_by_session(logged))
     files = {REQUESTS_FILE: parquet_bytes(requests), SESSIONS_FILE: parquet_bytes(sessions)}
     edit_table = edit_rows(edits) if edits else None
     if edit_table is not None:
         files[EDITS_FILE] = parquet_bytes(edit_table)
-    recorded = recorded_cost(traces, prices)
+    recorded = _total(logged)
     manifest: dict[str, Any] = {
         "ctxsim_version": ctxsim_version(),
         "prices": prices_version,
@@ -452,19 +453,27 @@ def build_run(
     return RunOutputs(requests, sessions, manifest, files, recorded)
 
 
-def recorded_by_session(
+def recorded_priced(
     traces: Sequence[tuple[str, Trace]], prices: PriceBook | None = None
-) -> pl.DataFrame:
-    """The recorded dollars of every session that logged usage (trace, session_index,
-    recorded_cost): what a policy's dollars for that session are read against."""
+) -> pl.DataFrame | None:
+    """Every recorded request that logged usage, priced with the run's price book (None
+    when none did): what the run summary and the session rows read the policies against."""
     from simulator.fidelity import recorded
     from simulator.replay import add_costs
 
     rows = recorded(traces)
-    schema = {"trace": pl.String, "session_index": pl.Int32, "recorded_cost": pl.Float64}
     if rows.height == 0:
+        return None
+    return add_costs(rows, prices or default_prices())
+
+
+def recorded_by_session(priced: pl.DataFrame | None) -> pl.DataFrame:
+    """The recorded dollars of every session that logged usage (trace, session_index,
+    recorded_cost) from `recorded_priced`'s rows: what a policy's dollars for that session
+    are read against."""
+    schema = {"trace": pl.String, "session_index": pl.Int32, "recorded_cost": pl.Float64}
+    if priced is None:
         return pl.DataFrame(schema=schema)
-    priced = add_costs(rows, prices or default_prices())
     return (
         priced.group_by(["trace", "session_index"])
         .agg(_sum_or_null("cost_total").alias("recorded_cost"))
@@ -507,11 +516,8 @@ def recorded_cost(
 ) -> float | None:
     """What the recorded requests cost (their logged usage, priced with the run's price
     book), so a policy's dollars are read against the recording's, not on their own."""
-    from simulator.fidelity import recorded
-    from simulator.replay import add_costs
+    return _total(recorded_priced(traces, prices))
 
-    rows = recorded(traces)
-    if rows.height == 0:
-        return None
-    book = prices or default_prices()
-    return float(add_costs(rows, book).select(pl.col("cost_total").sum()).item())
+
+def _total(priced: pl.DataFrame | None) -> float | None:
+    return None if priced is None else float(priced.select(pl.col("cost_total").sum()).item())
