@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -323,16 +323,4 @@ def _with_ghosts(session: Session, ghosts: list[tuple[int, int]]) -> Session:
     # it is marked a read (its size stands in for the read call's).
     data["flags"][n::2] |= np.uint8(Flag.PATH_READ)
     data["flags"][n::2] &= ~np.uint8(Flag.PATH_WRITE)
-    return Session(
-        id=session.id,
-        kind=session.kind,
-        parent=session.parent,
-        client=session.client,
-        prefix_tokens=session.prefix_tokens,
-        tools=session.tools,
-        models=session.models,
-        blocks=block_columns(data),
-        requests=session.requests,
-        events=session.events,
-        context_windows=session.context_windows,
-    )
+    return replace(session, blocks=block_columns(data))
