@@ -38,6 +38,7 @@ OLD_FOLDERS = ("vsla", "m-claude", "promptgrimoire", "denubis")
 #: whose recording cached no more than the prefix is marked at the prefix's end instead
 #: of its nearest prefix mark: policies/as_recorded.py `_message_mark`).
 HOLDING = (
+    "denubis",
     "entirecontext",
     "flutter-docker",
     "git-sync",
@@ -49,8 +50,6 @@ HOLDING = (
 )
 #: The bars the other folders meet, and (comment) the one they miss, by what mechanism.
 PARTIAL = {
-    # 5 of 203 requests off: reads short of the previous context by 0.5-2k in a tool loop.
-    "denubis": ("median", "p90", "corpus"),
     # one session, -0.58%: reads 8k short of the previous context in a tool loop.
     "promptgrimoire": ("matched", "p90", "corpus"),
     # corpus +1.33%: two reads 301-303 s after a response's end (no grace is modelled).
