@@ -31,8 +31,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
+from simulator.frames import has_loss
 from simulator.models import facts
-from simulator.outputs import has_loss
 
 #: Settings every chart is drawn with: a font matplotlib ships, so no system font changes
 #: a glyph, and no hash salt or date that varies between runs.
@@ -217,7 +217,7 @@ def cost_by_policy(requests: pl.DataFrame) -> bytes:
 
 
 def _summary(requests: pl.DataFrame) -> pl.DataFrame:
-    from simulator.outputs import policy_summary
+    from simulator.frames import policy_summary
 
     return policy_summary(requests)
 
@@ -595,7 +595,7 @@ def compare_chart(
 ) -> bytes:
     """Two runs side by side for each compared spec pair (baseline spec, candidate spec,
     label): cost stacked by component, cache hit ratio, compactions and overflows."""
-    from simulator.outputs import policy_summary
+    from simulator.frames import policy_summary
 
     def pick(frame: pl.DataFrame, spec: Spec) -> pl.DataFrame:
         return frame.filter((pl.col("policy") == spec[0]) & (pl.col("params_hash") == spec[1]))
@@ -731,7 +731,7 @@ def session_charts(
     settings and bundled font in every process, so the bytes do not depend on which
     process drew it (tests/test_charts.py). Workers come from a fork server (a fresh
     interpreter: a process forked from one that has used polars can hang in it;
-    simulator/sweep.py `start_method`), else are spawned."""
+    simulator/app/sweep.py `start_method`), else are spawned."""
     work = [
         (
             session_file(trace, index),

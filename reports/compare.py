@@ -5,7 +5,7 @@ their figures do not measure the same work and the comparison is refused (exit 2
 specs are paired by policy name (by parameter hash too, where a run holds several specs of
 one name); two runs of one spec each with different names are paired with each other, which
 is the usual CI set-up (baseline policy against candidate policy). Every figure is the run
-summary of simulator/outputs.py over the paired specs' request rows; "overall" is the same
+summary of simulator/frames.py over the paired specs' request rows; "overall" is the same
 over all paired specs together.
 
 A limit is a bound on how much worse a figure may get, in the figure's own unit (`0`,
@@ -201,7 +201,7 @@ def compare(base: Run, cand: Run, limits: dict[str, Limit]) -> Comparison:
     a limit on a figure one run lacks).
     """
     from reports.html import ReportError
-    from simulator.outputs import overall_summary
+    from simulator.frames import overall_summary
 
     check_same_traces(base, cand)
     base_specs, cand_specs = base.specs(), cand.specs()

@@ -18,8 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from simulator.files import StagedDir
-from simulator.outputs import (
+from simulator.frames import (
     CHARTS_DIR,
     CHARTS_INDEX,
     MANIFEST_FILE,
@@ -30,7 +29,6 @@ from simulator.outputs import (
     policy_summary,
     versus_recorded,
 )
-from simulator.run import listed_charts
 
 __all__ = ["CHARTS_DIR", "CHARTS_INDEX", "REPORT_FILE", "ReportError", "build_report"]
 #: Sessions that get a chart of their own (the most eventful, then the longest).
@@ -134,7 +132,7 @@ def summary_cells(
     recorded: float | None = None,
     compared: float | None = None,
 ) -> list[str]:
-    """One summary row's cells (the figures of simulator/outputs.py SUMMARY_COLUMNS);
+    """One summary row's cells (the figures of simulator/frames.py SUMMARY_COLUMNS);
     "vs recorded" is `compared` (the spec's dollars over the sessions that logged usage)
     against `recorded` (the recording's over the same sessions)."""
     return [
@@ -400,7 +398,7 @@ dl { font-size: 12px; } dt { font-weight: bold; } dd { margin: 0 0 6px 16px; }
 
 
 def _prices_fact(manifest: dict[str, Any]) -> str:
-    """The price table and the day its rates date from (simulator/outputs.py prices_date),
+    """The price table and the day its rates date from (simulator/frames.py prices_date),
     not the far-future pricing instant the manifest's `prices` names."""
     prices = str(manifest.get("prices", "prices unknown"))
     day = manifest.get("prices_date")
@@ -520,15 +518,3 @@ def build_report(
     charts_written = sorted(n for n in files if n.startswith(f"{CHARTS_DIR}/"))
     files[CHARTS_INDEX] = "".join(f"{n}\n" for n in charts_written).encode("utf-8")
     return files
-
-
-def write_report(run_dir: Path, files: dict[str, bytes]) -> None:
-    """Put a report's files into its run directory as one unit (simulator/files.py
-    StagedDir): the earlier report's page, index and charts are replaced, the run's data
-    and anything ctxsim did not write are kept, and nothing is written or removed through
-    a symbolic link (a linked charts/ is refused: R19)."""
-    with StagedDir(run_dir) as stage:
-        replaced = {REPORT_FILE, CHARTS_INDEX} | listed_charts(stage.out)
-        for name in sorted(files):
-            stage.write(name, files[name])
-        stage.commit(replaced)

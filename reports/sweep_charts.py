@@ -1,6 +1,6 @@
 """Charts of a sweep and of a tuning study, drawn from their Parquet files and manifest.
 
-A sweep is read through its cells table (simulator/sweep.py `cells_frame`: one row per
+A sweep is read through its cells table (simulator/app/sweep.py `cells_frame`: one row per
 cell, a column per grid parameter, the cell's figures): a line chart per grid parameter
 (cost, compactions, overflows and breaker trips against the parameter, one line per
 policy), a cost-against-loss chart per grid parameter (the trade-off a setting makes:
@@ -8,7 +8,7 @@ dollars against each loss proxy, issue 14) and, where two parameters vary, a cos
 per policy. Along one parameter every other grid parameter is held at the policy's own
 value (the value it has without the grid; the nearest grid value when its own is not on
 the grid), never at the first grid value (issue 15: buffer=0 is nobody's setting). A study
-is drawn from its trials table (simulator/tune.py `trials_frame`), a multi-objective
+is drawn from its trials table (simulator/app/tune.py `trials_frame`), a multi-objective
 study's Pareto front from its front table. Same reproducibility rules as
 reports/charts.py: bundled font, no metadata, fixed sizes, no time or path, so the same
 inputs give identical PNG bytes.
@@ -30,7 +30,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from reports.charts import POLICY_COLORS, RC, dollars_label, png_bytes, tokens_label
-from simulator.sweep import grid_keys
+from simulator.frames import grid_keys
 
 #: (cells-table column, panel title, y label) of a parameter chart, in panel order.
 PANELS: tuple[tuple[str, str, str], ...] = (

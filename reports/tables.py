@@ -207,7 +207,7 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
     """Per policy spec: recorded and simulated dollars and their difference, compactions,
     overflows (marked), breaker trips, cache hit ratio and the loss proxies
     (reports/METRICS.md); a policy that overflowed is marked and named under the table."""
-    from simulator.outputs import policy_summary, versus_recorded
+    from simulator.frames import policy_summary, versus_recorded
 
     summary = policy_summary(outputs.requests)
     recorded = outputs.recorded_cost

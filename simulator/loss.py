@@ -7,10 +7,10 @@ columns yet. Until it does, `replay_with_loss` runs the ordinary replay with an 
 sees exactly the view priced, in the order the engine writes its rows. One replay, no copy
 of the engine's loop. Each observed call is checked against its row (same view size), so a
 mismatch fails loudly instead of skewing a metric. These are per-row facts only: session
-and run figures are polars aggregations of the columns (simulator/outputs.py), never a
+and run figures are polars aggregations of the columns (simulator/frames.py), never a
 second bookkeeping.
 
-The columns (simulator/outputs.py LOSS_SCHEMA), for the view of one call made for request k:
+The columns (simulator/frames.py LOSS_SCHEMA), for the view of one call made for request k:
 
 * `human_tokens`: tokens of the human's own blocks (Flag.HUMAN) in the logical history;
 * `human_verbatim_tokens`: those of them the view still sends unchanged (same block, same
@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from simulator.frames import LOSS_SCHEMA, has_loss
 from simulator.model import Flag, Kind, Session, Trace
-from simulator.outputs import LOSS_SCHEMA, has_loss
 from simulator.policy import Call, Policy
 from simulator.pricing import PriceBook
 from simulator.prompt_cache import Usage

@@ -23,8 +23,8 @@ difference between the two contexts changes it, per file the agent read:
 * Both dropped, or both held: nothing. The recording already holds the agent's reaction to
   its own compaction, so `as-recorded` replays exactly as in the open loop.
 
-The two probabilities come from the recordings (reports/refetch_measure.py, the data and
-its table in policies/calibration/refetch.json and refetch.md): after each recorded
+The two probabilities come from the recordings (simulator/app/measure/refetch_measure.py,
+the data and its table in policies/calibration/refetch.json and refetch.md): after each recorded
 compaction (Claude Code and Codex in ../shared/traces), the share of the files whose read it
 dropped and that were used (not read) within `window` requests after it, read again before
 that use, against the same share at matched points without a compaction (the 10 closest in
@@ -65,7 +65,7 @@ class RefetchParams:
     window: int
 
 
-#: Per recording format, as fitted by reports/refetch_measure.py on ../shared/traces
+#: Per recording format, as fitted by simulator/app/measure/refetch_measure.py on ../shared/traces
 #: (policies/calibration/refetch.json "formats" -> "fit"; the table: refetch.md;
 #: tests/test_refetch.py checks they are equal). Claude Code re-reads after its compactions
 #: barely more than at matched points without one (0.165 of the dropped files within 50

@@ -1,7 +1,7 @@
 """The run service: compiled traces and policies in, a run's rows and files out.
 
 One way through the program. `ctxsim run`, the `ctxsim_replay` pytest fixture, the Python API
-(simulator/api.py), sweeps and tuning all replay through `rows` (one policy, priced, with the
+(simulator/app/api.py), sweeps and tuning all replay through `rows` (one policy, priced, with the
 loss proxies when asked) and `run` (every policy, then the run's outputs), so a request
 replayed by any of them gives the same row. The service takes traces already compiled and
 policies already built: reading files is the application's part (traces/, the CLI, the API).
@@ -11,24 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
 from typing import Any
 
 import polars as pl
 
-from simulator.files import StagedDir
-from simulator.loss import replay_with_loss
-from simulator.model import Trace
-from simulator.outputs import (
-    CHARTS_DIR,
-    CHARTS_INDEX,
-    MANIFEST_FILE,
-    REPORT_FILE,
-    RUN_FILES,
+from simulator.frames import (
     RunOutputs,
     bill_failed,
     build_run,
 )
+from simulator.loss import replay_with_loss
+from simulator.model import Trace
 from simulator.policy import Policy
 from simulator.pricing import PriceBook
 from simulator.replay import ReplayOptions, default_prices, edit_frame, replay
@@ -109,60 +102,3 @@ def run(
         edits=[edit_frame(e, p) for e, p in zip(edits, policies, strict=True)],
         prices=book,
     )
-
-
-#: Draws the report of a staged run directory (reading its Parquet files and manifest):
-#: the files to add, by name relative to the run directory. The CLI passes reports/html.py.
-Drawing = Callable[[Path], dict[str, bytes]]
-
-
-def write(outputs: RunOutputs, out: Path, report: Drawing | None = None) -> list[str]:
-    """Write a run directory as a unit; returns the names written (the report's last).
-
-    Every file, the report drawn from them included, is built in a hidden sibling of `out`
-    and swapped in at once (simulator/files.py StagedDir), so a kill leaves the earlier
-    complete run or this one, never a mix. What an earlier run wrote there is replaced
-    whole (its report and charts too, even when this run draws none: they describe the
-    other run); anything else in `out` is kept as it was. OS errors: one OutputError line."""
-    with StagedDir(out) as stage:
-        replaced = written_by_ctxsim(stage.out)
-        names = sorted(outputs.files, key=lambda name: name == MANIFEST_FILE)
-        for name in names:
-            stage.write(name, outputs.files[name])
-        drawn = report(stage.path) if report is not None else {}
-        for name in sorted(drawn):
-            stage.write(name, drawn[name])
-        stage.commit(replaced)
-    return [*names, *sorted(drawn)]
-
-
-def written_by_ctxsim(run_dir: Path) -> set[str]:
-    """The files an earlier run or report wrote in `run_dir`, by relative name: the run's
-    own file names, the charts its index lists (under charts/, never with `..`). Nothing
-    else there is ctxsim's to replace or remove."""
-    names = {*RUN_FILES, REPORT_FILE, CHARTS_INDEX}
-    return names | listed_charts(run_dir)
-
-
-def listed_charts(run_dir: Path) -> set[str]:
-    """The charts named in `run_dir`'s charts index (what an earlier report drew); an
-    unreadable or linked index names none."""
-    index = run_dir / CHARTS_INDEX
-    if not index.is_file() or index.is_symlink() or index.parent.is_symlink():
-        return set()
-    try:
-        listed = index.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return set()
-    charts = set()
-    for name in listed:
-        parts = PurePosixPath(name).parts
-        if (
-            name.endswith(".png")
-            and len(parts) >= 2
-            and parts[0] == CHARTS_DIR
-            and ".." not in parts
-            and not PurePosixPath(name).is_absolute()
-        ):
-            charts.add(str(PurePosixPath(name)))
-    return charts

@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 import polars as pl
 
+from simulator.frames import build_run
 from simulator.loss import replay_with_loss
 from simulator.model import Flag, Kind, Role, Session, Trace
-from simulator.outputs import build_run
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy
 from simulator.prefix import PrefixState, infer
 from simulator.pricing import PriceBook

@@ -1,4 +1,5 @@
-"""The Python API (simulator/api.py) is `ctxsim run` without the shell: same rows, same bytes."""
+"""The Python API (simulator/app/api.py) is `ctxsim run` without the shell: same rows and
+bytes."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from simulator import api
-from simulator.cli import main
+from simulator.app import api
+from simulator.app.cli import main
 from simulator.policy import PolicyError
 
 SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "samples"

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from simulator.cli import main
+from simulator.app.cli import main
 from simulator.model import Flag, Kind, Trace
 from traces import bounds, claude_code, codex, jsonl, swe_agent
 from traces import source as source_mod

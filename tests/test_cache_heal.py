@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main
+from simulator.app.cli import main
 from traces import compiled
 from traces.cache import STALE_TMP_SECONDS, CompileCache
 from traces.discover import discover

@@ -211,7 +211,8 @@ def test_committed_rows_add_up_and_hold_no_text_or_paths() -> None:
 @pytest.mark.shared
 def test_measurement_of_the_shared_traces_equals_the_committed_data(shared: Path) -> None:
     """Regenerate from ../shared/traces: any drift (reader, anchoring, traces) shows here;
-    fix it by rerunning `python -m reports.calibration_measure` and updating summary.py."""
+    fix it by rerunning `python -m simulator.app.measure.calibration_measure` and updating
+    summary.py."""
     assert calibration_measure.render(calibration_measure.measure(shared)) == DATA.read_text()
 
 

@@ -13,7 +13,7 @@ from report_helpers import Toy, replayed, trace_a, trace_b
 
 from reports import charts
 from simulator import policy as registry
-from simulator.outputs import LOSS_SCHEMA, build_run
+from simulator.frames import LOSS_SCHEMA, build_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TRACES = [("a", trace_a()), ("b", trace_b())]

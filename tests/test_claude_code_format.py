@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from test_claude_code_forks import A2, Call, Transcript, conversation
 
 from reports.trace_stats import TABLE_COLUMNS, session_stats
-from simulator.cli import main
+from simulator.app.cli import main
 from simulator.model import Kind
 from simulator.pricing import PriceBook
 from traces import discover as disc

@@ -347,7 +347,7 @@ def test_traces_stats_command_totals_match_raw_json(shared: Path) -> None:
     counted independently from the raw JSON, each call once."""
     from click.testing import CliRunner
 
-    from simulator.cli import main
+    from simulator.app.cli import main
 
     result = CliRunner().invoke(
         main, ["traces", "stats", str(shared / "claude-code"), "--json", "--lenient"]

@@ -33,7 +33,7 @@ from policies.claude_code.autocompact import Attempt, Autocompact
 from policies.claude_code.policy import BASE, COMPACTABLE_TOOLS, preset_for
 from policies.conversation import CLEARED_TOKENS
 from simulator import policy
-from simulator.cli import parse_param
+from simulator.app.cli import parse_param
 from simulator.model import Flag, Kind, Role, Trace
 from simulator.prefix import Prefix
 from simulator.replay import replay

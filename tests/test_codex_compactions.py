@@ -1,5 +1,5 @@
 """The Codex presets (policies/peers/codex.py) against every recorded Codex compaction in
-../shared/traces/codex: the table reports/codex_compactions.py prints, row for
+../shared/traces/codex: the table simulator/app/measure/codex_compactions.py prints, row for
 row, and the two shares it reports (the targets are 90% within one request, 75% within 15%
 after; policies/calibration/codex.md says why they are not met)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.codex_compactions import rows
+from simulator.app.measure.codex_compactions import rows
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 

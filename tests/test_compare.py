@@ -2,8 +2,9 @@
 2 unusable input).
 
 The runs replay tests/report_helpers.py's two traces: the baseline under as-recorded, the
-candidate under the toy policy, made with the `ctxsim_replay` fixture (reports/pytest_plugin.py)
-as a project's own tests would. Hand-computed dollars (see tests/test_metrics.py for the
+candidate under the toy policy, made with the `ctxsim_replay` fixture
+(simulator/app/pytest_plugin.py) as a project's own tests would. Hand-computed dollars (see
+tests/test_metrics.py for the
 rows): baseline 0.02174625 (trace a) + 0.01026 (trace b) = $0.03200625; candidate
 0.04761375 + 0.0094875 = $0.05710125, +$0.025095 (+78.4%). Overflows 0 -> 1, compactions
 0 -> 2, breaker trips 0 -> 1.
@@ -21,9 +22,9 @@ from click.testing import CliRunner, Result
 from report_helpers import Toy, trace_a, trace_b
 
 from reports.compare import METRICS, Limit, parse_limit
-from reports.pytest_plugin import Replay
 from simulator import policy as registry
-from simulator.cli import main
+from simulator.app.cli import main
+from simulator.app.pytest_plugin import Replay
 
 TRACES = [("a", trace_a()), ("b", trace_b())]
 HEADER = "| policy | metric | baseline | candidate | change | limit | status |"
@@ -131,7 +132,7 @@ def test_several_pairs_and_overall(runs: tuple[Path, Path], tmp_path: Path) -> N
 
 
 def _run(out: Path, policy: str, **params: Any) -> Path:
-    from reports.pytest_plugin import replay_run
+    from simulator.app.pytest_plugin import replay_run
 
     return replay_run(TRACES, policy, params).write(out)
 
@@ -189,7 +190,7 @@ def test_unusable_runs_exit_2(runs: tuple[Path, Path], tmp_path: Path) -> None:
 
 
 def _run_of(out: Path, traces: list[Any], policy: str) -> Path:
-    from reports.pytest_plugin import replay_run
+    from simulator.app.pytest_plugin import replay_run
 
     return replay_run(traces, policy).write(out)
 
@@ -279,7 +280,7 @@ def test_a_policy_that_edits_its_context_is_seen_and_gated(tmp_path: Path) -> No
     s.request()
     s.rounds(4, 1_000)
     traces = [("t", s.trace())]
-    from reports.pytest_plugin import replay_run
+    from simulator.app.pytest_plugin import replay_run
 
     base = _run_of(tmp_path / "base", traces, "none")
     keep_two = {"keep_observations": 2, "keep_first_observation": False}

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner, Result
 
-from simulator.cli import main
+from simulator.app.cli import main
 from traces.home import HomeError, default_places
 from traces.select import Filters, SessionInfo, folder_project, parse_date
 

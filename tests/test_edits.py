@@ -11,7 +11,7 @@ from scripted import Script
 
 from simulator import policy as registry
 from simulator import run as service
-from simulator.outputs import EDITS_FILE
+from simulator.frames import EDITS_FILE
 
 
 def _masked_session() -> Script:

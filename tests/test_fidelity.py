@@ -25,10 +25,10 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from reports.fidelity_report import render
 from simulator import policy as registry
-from simulator.cli import main
-from simulator.fidelity import compare, summarize, worst
+from simulator.app.cli import main
+from simulator.app.fidelity import compare, summarize, worst
+from simulator.app.fidelity_report import render
 from simulator.model import Kind, Role, Trace
 from simulator.replay import replay
 from traces import compiled

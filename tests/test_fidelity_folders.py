@@ -1,10 +1,11 @@
-"""The per-folder fidelity table (reports/fidelity_folders.py): bars and figures by hand."""
+"""The per-folder fidelity table (simulator/app/measure/fidelity_folders.py): bars and
+figures by hand."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from reports.fidelity_folders import BARS, figures, table
+from simulator.app.measure.fidelity_folders import BARS, figures, table
 
 
 def _rows(session: str, matched: list[bool], rec: list[float], sim: list[float]) -> pl.DataFrame:

@@ -25,7 +25,7 @@ import polars as pl
 import pytest
 
 from simulator import policy, prefix, prompt_cache
-from simulator.fidelity import compare, summarize
+from simulator.app.fidelity import compare, summarize
 from simulator.model import Trace
 from simulator.replay import replay
 from traces import builder

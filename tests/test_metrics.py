@@ -38,7 +38,7 @@ from report_helpers import RATES, SONNET, T0, Toy, replayed, trace_a, trace_b
 
 from simulator import loss
 from simulator import policy as registry
-from simulator.outputs import (
+from simulator.frames import (
     LOSS_SCHEMA,
     SUMMARY_COLUMNS,
     bill_failed,

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 from report_helpers import trace_a, trace_b
 
-from simulator.cli import main
-from simulator.files import KILL_AT_ENV, STAGE_MARK
+from simulator.app.cli import main
+from simulator.app.files import KILL_AT_ENV, STAGE_MARK
 from traces import compiled
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Pa
 
 
 def _killed_run(src: Path, out: Path, env: dict[str, str], *more: str) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "simulator.cli", *_args(src, out, (*NEW, *more))]
+    command = [sys.executable, "-m", "simulator.app.cli", *_args(src, out, (*NEW, *more))]
     return subprocess.Popen(
         command,
         cwd=ROOT,
@@ -74,7 +74,7 @@ def _check_whole(out: Path, old: Path, new: Path) -> str:
 def test_a_kill_at_each_point_of_the_commit_leaves_a_whole_run(
     runs: tuple[Path, Path, Path, Path], tmp_path: Path
 ) -> None:
-    """Killed (simulator/files.py KILL_AT_ENV) with everything staged, with the user's
+    """Killed (simulator/app/files.py KILL_AT_ENV) with everything staged, with the user's
     files carried over, and just after the swap; without a report, to keep it quick (the
     kill while a report is drawn is the next test's)."""
     src, old, _, bare = runs

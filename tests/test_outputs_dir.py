@@ -1,4 +1,4 @@
-"""A run directory's files and errors (simulator/files.py): every output error is one line
+"""A run directory's files and errors (simulator/app/files.py): every output error is one line
 and exit 2 (R15, R16), outputs are 0644 (R21), a run replaces what an earlier run wrote and
 keeps the rest, and never writes or removes through a symbolic link (R19)."""
 
@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner, Result
 from report_helpers import trace_a, trace_b
 
-from simulator.cli import main
-from simulator.files import STAGE_MARK, OutputError, StagedDir, atomic_write
+from simulator.app.cli import main
+from simulator.app.files import STAGE_MARK, OutputError, StagedDir, atomic_write
 from traces import compiled
 
 
@@ -89,7 +89,7 @@ def test_an_unwritable_out_is_one_line() -> None:
         locked.mkdir(mode=0o555)
         os.chmod(locked, 0o555)
         code = (
-            "from pathlib import Path; from simulator.files import StagedDir, OutputError\n"
+            "from pathlib import Path; from simulator.app.files import StagedDir, OutputError\n"
             f"try:\n    StagedDir(Path({str(locked / 'run')!r}))\n"
             "except OutputError as exc:\n    print(exc)\n"
         )

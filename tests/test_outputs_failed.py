@@ -1,4 +1,4 @@
-"""A call above the model's window is a failed call (simulator/outputs.py bill_failed): the
+"""A call above the model's window is a failed call (simulator/frames.py bill_failed): the
 provider refuses it and bills nothing, so its billed tokens and dollars are 0, and every
 summary flags the policy instead of letting it score cheap (reports/METRICS.md)."""
 
@@ -11,7 +11,7 @@ from report_helpers import RATES, Toy, trace_a, trace_b
 
 from simulator import policy as registry
 from simulator import run as service
-from simulator.outputs import BILLED_COLUMNS, bill_failed, policy_summary
+from simulator.frames import BILLED_COLUMNS, bill_failed, policy_summary
 from simulator.replay import COST_COLUMNS
 
 TRACES = [("a", trace_a()), ("b", trace_b())]

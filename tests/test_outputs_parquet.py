@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from report_helpers import MINUTE, T0, Toy, trace_a, trace_b
 
-from simulator import api
 from simulator import policy as registry
 from simulator import run as service
-from simulator.outputs import prices_date
+from simulator.app import api
+from simulator.frames import prices_date
 from simulator.pricing import PriceBook
 
 FILES = ("requests", "sessions", "edits")

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator import policy as registry
-from simulator.cli import main
+from simulator.app.cli import main
 from simulator.params import ParamError, choice, flag, fraction, limits, minutes, tokens
 from simulator.policy import PolicyError
 
@@ -266,7 +266,7 @@ def test_the_words_people_type_reach_the_spec(tmp_path: Path) -> None:
     assert params["budget.max_result_chars"] == 13_000
     assert params["microcompact.time_based.gap_minutes"] == 60
     assert params["snip.enabled"] is False
-    from simulator.sweep import SweepConfig, build_cells, parse_grid
+    from simulator.app.sweep import SweepConfig, build_cells, parse_grid
 
     cells = build_cells(
         SweepConfig(policies=(POLICY,), grid=(parse_grid("autocompact.buffer_tokens=8k:10k:1k"),))
@@ -282,7 +282,7 @@ def test_an_unknown_key_without_a_close_match_points_at_policies_show() -> None:
 
 
 def test_a_sweep_records_the_parsed_shipped_value_of_a_variant(tmp_path: Path) -> None:
-    from simulator.sweep import SweepConfig, build_cells, parse_grid
+    from simulator.app.sweep import SweepConfig, build_cells, parse_grid
 
     variant = tmp_path / "eight.toml"
     variant.write_text(f'extends = "{POLICY}"\n[params]\n"autocompact.buffer_tokens" = "8k"\n')

@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from simulator import policy as registry
-from simulator.cli import main
+from simulator.app.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANT = ROOT / "policies" / "variants" / "cc-buffer-8k.toml"

@@ -1,5 +1,5 @@
 """The re-fetch loop (simulator/refetch.py) on hand-built sessions with hand-computed usage
-and dollars, its calibration (reports/refetch_measure.py) by hand and against the
+and dollars, its calibration (simulator/app/measure/refetch_measure.py) by hand and against the
 committed data, and the open loop unchanged when it is off.
 
 Sessions follow tests/scripted.py: a 10,000-token prefix, blocks exactly the tokens written,
@@ -25,12 +25,12 @@ from scripted import Script, usage
 
 from policies.base import ConversationSession
 from reports import refetch_measure
-from simulator import api
 from simulator import policy as registry
-from simulator.cli import main
+from simulator.app import api
+from simulator.app.cli import main
+from simulator.frames import bill_failed
 from simulator.loss import replay_with_loss
 from simulator.model import CompactionEvent, Flag, Kind, Role
-from simulator.outputs import bill_failed
 from simulator.policy import Emitter, Policy, SessionContext, SessionPolicy
 from simulator.refetch import FITTED, RefetchParams
 from simulator.replay import REFETCH_SCHEMA, ReplayOptions, replay
@@ -345,8 +345,8 @@ def test_measurement_of_the_shared_traces_equals_the_committed_data(
     shared: Path, shared_corpus: Callable[[str], Named]
 ) -> None:
     """Regenerate from ../shared/traces (compiled once per test session, shared with the
-    other tests that read it): fix drift by rerunning `python -m reports.refetch_measure`
-    and updating simulator/refetch.py FITTED."""
+    other tests that read it): fix drift by rerunning
+    `python -m simulator.app.measure.refetch_measure` and updating simulator/refetch.py FITTED."""
     folders = [f for fmt in refetch_measure.FORMATS for f in source_folders(shared, fmt)]
     traces = [(f.split("/", 1)[1], t) for f in folders for _, t in shared_corpus(f)]
     data = refetch_measure.measure(refetch_measure.by_format(traces))

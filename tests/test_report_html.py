@@ -18,7 +18,7 @@ from report_helpers import Toy, trace_a, trace_b, write_run
 
 from reports import charts
 from simulator import policy as registry
-from simulator.cli import main
+from simulator.app.cli import main
 from traces import compiled
 
 TRACES = [("a", trace_a()), ("b", trace_b())]
@@ -204,7 +204,7 @@ def test_the_report_reads_each_policy_against_the_recording(tmp_path: Path) -> N
     """Recorded against simulated per policy, no sum across policies, and a spec shown by
     what it sets apart from its policy's defaults."""
     from reports.html import build_report
-    from simulator import api
+    from simulator.app import api
 
     samples = Path(__file__).resolve().parents[1] / "traces" / "samples"
     run = api.replay(

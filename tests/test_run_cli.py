@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 
 from policies.as_recorded import AsRecorded
 from simulator import policy as registry
-from simulator.cli import main, parse_param
+from simulator.app.cli import main, parse_param
 from simulator.model import Kind, Role, Trace
 from traces import compiled
 from traces.builder import Hasher, RecordedUsage, SessionBuilder

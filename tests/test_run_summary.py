@@ -1,4 +1,4 @@
-"""The run summary shows each policy's dollars beside the recording's (simulator/outputs.py)."""
+"""The run summary shows each policy's dollars beside the recording's (simulator/frames.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from reports.tables import render_run_summary
 from simulator import policy
+from simulator.frames import build_run, recorded_cost
 from simulator.model import Kind, Role, Trace
-from simulator.outputs import build_run, recorded_cost
 from simulator.replay import ReplayOptions
 from traces.builder import Hasher, RecordedUsage, SessionBuilder
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main
+from simulator.app.cli import main
 from simulator.model import NEVER, Flag, Kind, Session, Trace
 from traces.discover import discover
 from traces.load import load_unit

@@ -1,4 +1,4 @@
-"""Sweeps (simulator/sweep.py, `ctxsim sweep`): grid parsing, cells, the dataset, executors
+"""Sweeps (simulator/app/sweep.py, `ctxsim sweep`): grid parsing, cells, the dataset, executors
 agreeing with a plain replay, resume, and a sweep killed with SIGKILL and rerun."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from simulator import outputs
+from simulator import frames as outputs
 from simulator import policy as registry
 from simulator import run as service
-from simulator import sweep as sw
-from simulator.cli import main
-from simulator.cli_sweep import progress_line
-from simulator.outputs import REQUEST_ORDER
+from simulator.app import sweep as sw
+from simulator.app.cli import main
+from simulator.app.cli_sweep import progress_line
+from simulator.frames import REQUEST_ORDER
 from traces.load import load_all, units
 
 SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "samples"

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from reports import sweep_charts as sc
-from simulator.sweep import CELL_FIGURES
+from simulator.frames import CELL_FIGURES
 
 PNG = b"\x89PNG"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from simulator import sweep as sw
+from simulator.app import sweep as sw
 
 SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "samples"
 CTXSIM = Path(sys.executable).parent / "ctxsim"

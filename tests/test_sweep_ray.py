@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from simulator import sweep as sw
-from simulator.cli import main
+from simulator.app import sweep as sw
+from simulator.app.cli import main
 from traces.load import load_all, units
 
 ray = pytest.importorskip("ray")

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from simulator import run as service
-from simulator import sweep as sw
-from simulator.outputs import REQUEST_ORDER
+from simulator.app import sweep as sw
+from simulator.frames import REQUEST_ORDER
 from simulator.policy import from_spec
 from traces.load import load_all, units
 
@@ -146,7 +146,7 @@ def test_trials_and_pareto_tables_read_anywhere(tmp_path: Path) -> None:
     pytest.importorskip("optuna")
     from click.testing import CliRunner
 
-    from simulator.cli import main
+    from simulator.app.cli import main
 
     args = ["tune", str(SAMPLES), "--policy", "claude-code@2.1.88"]
     args += ["--param", f"{BUFFER}=1000:60000:1000", "--objective", "cost"]

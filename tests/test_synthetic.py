@@ -1,8 +1,8 @@
 """traces/synthetic.py: deterministic, well-formed, replayable as recorded, and fitted.
 
 The generator's statistics are checked by measuring a generated corpus with the very code
-that fits the real one (reports/synth_fit.py): what the fit reads from generated sessions
-must be the parameters they were generated from.
+that fits the real one (simulator/app/measure/synth_fit.py): what the fit reads from
+generated sessions must be the parameters they were generated from.
 """
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ def test_committed_params_are_the_fit_of_the_shared_corpus(shared: Path) -> None
 def test_synth_command_writes_identical_corpora(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from simulator.cli import main
+    from simulator.app.cli import main
 
     for name in ("a", "b"):
         args = [

@@ -23,7 +23,7 @@ from test_run_cli import tiny_trace
 
 from reports.tables import Column, fit, render, wrap
 from simulator import policy as registry
-from simulator.cli import main
+from simulator.app.cli import main
 from traces import compiled
 
 WIDTHS = (80, 200)

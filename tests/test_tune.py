@@ -1,4 +1,4 @@
-"""Tuning (simulator/tune.py, `ctxsim tune`): a seeded study is deterministic, a rerun
+"""Tuning (simulator/app/tune.py, `ctxsim tune`): a seeded study is deterministic, a rerun
 continues it, constraints decide the best trial, and errors are one line."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from simulator import tune as tn
-from simulator.cli import main
+from simulator.app import tune as tn
+from simulator.app.cli import main
 from traces.load import load_all, units
 
 optuna = pytest.importorskip("optuna")

@@ -9,9 +9,9 @@ params)` always gives the identical session (`Trace.equals`), and `write_corpus`
 identical bytes; no tokenizer runs (every block has explicit tokens).
 
 The distributions are fitted to the real Claude Code main sessions of ../shared/traces by
-`python -m reports.synth_fit`, which writes them to `synthetic_params.json` beside this
-module (read into `SynthParams`); traces/README.md, section "Synthetic traces", gives the
-method and the numbers.
+`python -m simulator.app.measure.synth_fit`, which writes them to `synthetic_params.json`
+beside this module (read into `SynthParams`); traces/README.md, section "Synthetic traces", gives
+the method and the numbers.
 
 Shape of a session
 ------------------
@@ -69,7 +69,8 @@ from traces import compiled
 from traces.builder import Hasher, RecordedUsage, SessionBuilder
 from traces.claude_code import PRESERVES_THINKING, READ_TOOLS, REGENERABLE_TOOLS, WRITE_TOOLS
 
-#: The fitted parameters, package data beside this module (`python -m reports.synth_fit`).
+#: The fitted parameters, package data beside this module
+#: (`python -m simulator.app.measure.synth_fit`).
 PARAMS_PATH = Path(__file__).with_name("synthetic_params.json")
 #: Context size (tokens) beyond which the synthetic agent compacts (Claude Code's auto
 #: compaction fires a little below 170k on a 200k window).
@@ -176,7 +177,7 @@ class SynthParams:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SynthParams:
-        """From the data file's structure (reports/synth_fit.py writes it)."""
+        """From the data file's structure (simulator/app/measure/synth_fit.py writes it)."""
         ln = LogNormal.from_dict
         gaps = d["gaps_ms"]
 

@@ -328,8 +328,8 @@ WINDOW_FRACTION_047 = 0.935
 #:   and the preset compacted 119 requests late); where none is logged, 95% of the model
 #:   facts' window (`window_share`). The share is fitted on the 19 recorded automatic
 #:   compactions (how many the preset compacts within one request of), grid 0.90-0.97 by
-#:   0.005 (`python -m reports.codex_compactions ../shared/traces/codex --fit`): in sample
-#:   0.935 (12 of 19, the value here). Leave-one-source-out: agentv held out gets 0.91 (5
+#:   0.005 (`python -m simulator.app.measure.codex_compactions ../shared/traces/codex --fit`): in
+#:   sample 0.935 (12 of 19, the value here). Leave-one-source-out: agentv held out gets 0.91 (5
 #:   of its 12), fnox 0.935 (1 of 1), git-sync 0.935 (2 of 4), hk 0.935 (0 of 2): 8 of 19
 #:   (10 before gpt-5.6 kept its reasoning, which moved hk's two rows).
 #:   0.47-0.117 recorded no compaction: the share is the 0.118+ one. Codex's own default

@@ -35,7 +35,7 @@ def corpus(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
 
 def _run(root: Path, out: Path, env: dict[str, str], *, report: bool) -> None:
     shutil.rmtree(out, ignore_errors=True)
-    command = [sys.executable, "-m", "simulator.cli", "run", str(root), "--lenient"]
+    command = [sys.executable, "-m", "simulator.app.cli", "run", str(root), "--lenient"]
     command += ["--policy", "claude-code", "--out", str(out)]
     if not report:
         command.append("--no-report")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from simulator import sweep as sw
+from simulator.app import sweep as sw
 from traces.load import load_all, units
 
 pytestmark = pytest.mark.benchmark(group="sweep")

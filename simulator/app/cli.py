@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from simulator.cli_options import CACHE_CHOICES
-from simulator.cli_options import fail as _fail
-from simulator.cli_options import jobs as _jobs
-from simulator.cli_options import lenient as _lenient
-from simulator.cli_options import no_cache as _no_cache
-from simulator.cli_options import selection as _selection
-from simulator.cli_options import sources as _sources
-from simulator.files import OutputError, atomic_write, check_target
+from simulator.app.cli_options import CACHE_CHOICES
+from simulator.app.cli_options import fail as _fail
+from simulator.app.cli_options import jobs as _jobs
+from simulator.app.cli_options import lenient as _lenient
+from simulator.app.cli_options import no_cache as _no_cache
+from simulator.app.cli_options import selection as _selection
+from simulator.app.cli_options import sources as _sources
+from simulator.app.files import OutputError, atomic_write, check_target
 from traces.errors import TraceError
 
 if TYPE_CHECKING:  # the commands import what they use lazily, to start fast
@@ -236,7 +236,7 @@ def _note_others(others: list[str]) -> None:
 
 
 class _Main(click.Group):
-    """The command group: an output that cannot be written (simulator/files.py
+    """The command group: an output that cannot be written (simulator/app/files.py
     OutputError, from any command) is one error line and exit 2, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -660,6 +660,7 @@ def run(
     """
     from reports.tables import render_run_summary, wrap
     from simulator import run as service
+    from simulator.app.outputs import write as write_run
 
     check_target(out)  # an unwritable --out fails before the replay, not after
 
@@ -678,7 +679,7 @@ def run(
         named, policies, settings, progress=lambda units: _progress(units, "replaying")
     )
     draw = not no_report and outputs.requests.height  # nothing to draw without a request
-    names = service.write(outputs, out, _drawing(session_charts) if draw else None)
+    names = write_run(outputs, out, _drawing(session_charts) if draw else None)
     written = list(outputs.files)
     if draw:
         charts = sum(name.endswith(".png") for name in names)
@@ -713,7 +714,8 @@ def _drawing(session_charts: int) -> Any:
 def _write_report(run_dir: Path, session_charts: int) -> str:
     """Draw the charts and report.html from the run's files and put them in the run
     directory as one unit; returns what was written."""
-    from reports.html import REPORT_FILE, write_report
+    from simulator.app.outputs import write_report
+    from simulator.frames import REPORT_FILE
 
     files = _drawing(session_charts)(run_dir)
     write_report(run_dir, files)
@@ -826,11 +828,11 @@ def fidelity(
 ) -> None:
     """Check the cost model: replay as-recorded and compare every request with its usage
     (no SRC: your sessions)."""
-    from reports.fidelity_report import render
     from reports.tables import wrap
     from simulator import policy as registry
-    from simulator.fidelity import compare, inferred, sessions_without_usage, summarize
-    from simulator.outputs import as_written, parquet_bytes
+    from simulator.app.fidelity import compare, inferred, sessions_without_usage, summarize
+    from simulator.app.fidelity_report import render
+    from simulator.frames import as_written, parquet_bytes
     from simulator.pricing import PriceBook
     from simulator.replay import replay
 
@@ -858,7 +860,7 @@ def fidelity(
     _said(reading, tally)
 
 
-from simulator.cli_sweep import sweep, tune  # noqa: E402
+from simulator.app.cli_sweep import sweep, tune  # noqa: E402
 
 main.add_command(sweep)
 main.add_command(tune)

@@ -28,8 +28,8 @@ import pytest
 if TYPE_CHECKING:
     import polars as pl
 
+    from simulator.frames import RunOutputs
     from simulator.model import Trace
-    from simulator.outputs import RunOutputs
 
 
 @dataclass(frozen=True)
@@ -48,16 +48,16 @@ class Replay:
 
     @property
     def summary(self) -> dict[str, Any]:
-        """The run-summary figures (SUMMARY_COLUMNS of simulator/outputs.py)."""
-        from simulator.outputs import overall_summary
+        """The run-summary figures (SUMMARY_COLUMNS of simulator/frames.py)."""
+        from simulator.frames import overall_summary
 
         return overall_summary(self.requests)
 
     def write(self, out: Path) -> Path:
         """Save requests.parquet, sessions.parquet and manifest.json under `out`."""
-        from simulator import run as service
+        from simulator.app.outputs import write
 
-        service.write(self.outputs, out)
+        write(self.outputs, out)
         return out
 
 

@@ -1,5 +1,5 @@
-"""`ctxsim sweep` and `ctxsim tune`: batch sweeps and threshold tuning (simulator/sweep.py,
-simulator/tune.py), wired to the trace loading of simulator/cli.py and the charts of
+"""`ctxsim sweep` and `ctxsim tune`: batch sweeps and threshold tuning (simulator/app/sweep.py,
+simulator/app/tune.py), wired to the trace loading of simulator/app/cli.py and the charts of
 reports/sweep_charts.py.
 
 Like every ctxsim command: bad input is one line and exit status 2, outputs are written
@@ -15,27 +15,27 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from simulator.cli_options import CACHE_CHOICES
-from simulator.cli_options import fail as _fail
-from simulator.cli_options import jobs as _jobs
-from simulator.cli_options import lenient as _lenient
-from simulator.cli_options import no_cache as _no_cache
-from simulator.cli_options import paths as _paths
-from simulator.files import atomic_write
+from simulator.app.cli_options import CACHE_CHOICES
+from simulator.app.cli_options import fail as _fail
+from simulator.app.cli_options import jobs as _jobs
+from simulator.app.cli_options import lenient as _lenient
+from simulator.app.cli_options import no_cache as _no_cache
+from simulator.app.cli_options import paths as _paths
+from simulator.app.files import atomic_write
 
 if TYPE_CHECKING:
-    from simulator.sweep import Progress, SweepResult
-    from simulator.tune import TuneResult
+    from simulator.app.sweep import Progress, SweepResult
+    from simulator.app.tune import TuneResult
 
 
 def _traces(src: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int) -> Any:
-    from simulator.cli import _named_traces
+    from simulator.app.cli import _named_traces
 
     return _named_traces(src, lenient, no_cache, jobs)
 
 
 def _fixed(params: tuple[str, ...]) -> list[tuple[str | None, str, Any]]:
-    from simulator.cli import parse_param
+    from simulator.app.cli import parse_param
 
     parsed = []
     for text in params:
@@ -132,7 +132,7 @@ def _table(cells: Any, names: dict[str, str]) -> str:
     loss proxies a reader weighs cost against (stale file references, re-sent tokens), to
     the terminal's width (reports/tables.py; matplotlib stays unimported)."""
     from reports.tables import Column, render
-    from simulator.sweep import grid_keys
+    from simulator.frames import grid_keys
 
     keys = grid_keys(cells)
     frame = cells
@@ -180,7 +180,7 @@ def _shown(value: Any) -> str:
 
 def _grid_names(manifest: dict[str, Any]) -> dict[str, str]:
     """Column of cells.parquet -> the grid parameter it holds."""
-    from simulator.sweep import column_name
+    from simulator.app.sweep import column_name
 
     keys = dict.fromkeys(k for entry in manifest["cells"] for k in entry["grid"])
     return {column_name(k): k for k in keys}
@@ -189,7 +189,7 @@ def _grid_names(manifest: dict[str, Any]) -> dict[str, str]:
 def _write_charts(out: Path, cells: Any, manifest: dict[str, Any]) -> int:
     """charts/ of the sweep (stale ones from an earlier grid removed); returns how many."""
     from reports.sweep_charts import sweep_charts
-    from simulator.sweep import column_name
+    from simulator.app.sweep import column_name
 
     defaults: dict[str, dict[str, Any]] = {}
     for entry in manifest["cells"]:
@@ -294,7 +294,7 @@ def sweep(
     and events, and cost against loss, along each grid parameter).
     Rerunning skips finished cells, so a sweep that was stopped resumes where it was.
     """
-    from simulator import sweep as sw
+    from simulator.app import sweep as sw
 
     if address is not None and executor != "ray":
         _fail("--address needs --executor ray")
@@ -361,7 +361,7 @@ def sweep(
 
 
 def _tune_report(result: TuneResult, spec: Any) -> list[str]:
-    from simulator.tune import METRICS
+    from simulator.app.tune import METRICS
 
     shown_always = ("cost", "compactions", "overflows", "breaker_trips", "stale_file_refs")
     metrics = [o.metric for o in spec.objectives]
@@ -523,9 +523,9 @@ def tune(
     and OUT/pareto.png.
     """
     from reports.sweep_charts import pareto_chart, trials_chart
-    from simulator import tune as tn
-    from simulator.outputs import parquet_bytes
-    from simulator.sweep import SweepError
+    from simulator.app import tune as tn
+    from simulator.app.sweep import SweepError
+    from simulator.frames import parquet_bytes
 
     parsed = _fixed(fixed)
     if any(scope is not None for scope, _, _ in parsed):

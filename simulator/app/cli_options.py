@@ -1,4 +1,4 @@
-"""What the `ctxsim` commands share (simulator/cli.py and cli_sweep.py): the exit on bad
+"""What the `ctxsim` commands share (simulator/app/cli.py and cli_sweep.py): the exit on bad
 input, the cache models, and the options every command that reads traces takes."""
 
 from __future__ import annotations

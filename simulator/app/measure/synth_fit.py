@@ -1,9 +1,9 @@
 """Fit the synthetic session generator (traces/synthetic.py) to the real Claude Code corpus.
 
 Regenerates ``traces/synthetic_params.json`` from the compiled Claude Code traces in
-``../shared/traces/claude-code`` (run ``python -m reports.synth_fit``; ``--check`` compares
-with the committed file instead of writing it, and exits 1 when they differ). The method
-is written up in traces/README.md, section "Synthetic traces", and in the file's own
+``../shared/traces/claude-code`` (run ``python -m simulator.app.measure.synth_fit``;
+``--check`` compares with the committed file instead of writing it, and exits 1 when they differ).
+The method is written up in traces/README.md, section "Synthetic traces", and in the file's own
 ``methods`` entry.
 
 Only what a compiled trace holds in clear is read: block counts, kinds, roles, flags, tool
@@ -22,7 +22,7 @@ that entered with it, and they are what replay uses. Zero-token blocks (an empty
 or a block whose share of the recorded growth rounded to nothing) cannot enter a
 log-normal fit; they are counted (``n_zero``) and left out.
 
-The script lives in `reports` because `traces` may not import reports or be the place
+The script lives with the application's measurements because a reader may not be the place
 where the corpus is measured (tests/test_architecture.py keeps readers free of that).
 """
 
@@ -52,7 +52,7 @@ from traces.synthetic import (
     SynthParams,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CORPUS = ROOT.parent / "shared" / "traces" / "claude-code"
 #: How the corpus is named in the data file (never a machine path).
 CORPUS_NAME = "../shared/traces/claude-code"
@@ -283,7 +283,8 @@ def fit(sample: Sample) -> dict[str, Any]:
     return {
         "schema": 1,
         "about": (
-            "Parameters of traces/synthetic.py, fitted by `python -m reports.synth_fit` to "
+            "Parameters of traces/synthetic.py, fitted by "
+            "`python -m simulator.app.measure.synth_fit` to "
             "the compiled Claude Code main sessions of the corpus; see traces/README.md, "
             "section 'Synthetic traces'. Counts only: no text, no paths."
         ),
@@ -368,7 +369,7 @@ def differences(old: Any, new: Any, where: str = "") -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.synth_fit")
+    parser = argparse.ArgumentParser(prog="python -m simulator.app.measure.synth_fit")
     parser.add_argument(
         "--corpus", type=Path, default=DEFAULT_CORPUS, help="Claude Code traces to fit"
     )

@@ -1,6 +1,6 @@
 """Fidelity per source folder: the figures the fidelity issues ask for, one row per folder.
 
-Run: ``.venv/bin/python -m reports.fidelity_folders ../shared/traces/claude-code``
+Run: ``.venv/bin/python -m simulator.app.measure.fidelity_folders ../shared/traces/claude-code``
 (or ``../shared/traces/codex``); ``--lenient`` is implied, as for every real corpus.
 
 Each immediate subfolder of the root is one source (one contributor's sessions, as
@@ -8,7 +8,7 @@ Each immediate subfolder of the root is one source (one contributor's sessions, 
 model, so a folder's figures are leave-one-source-out exactly when nothing shipped was
 fitted on that folder: true of the Claude Code cache model (no fitted parameter). The Codex
 cache parameters are fitted, and their leave-one-source-out figures come from
-``python -m reports.codex_fit``; this script gives the shipped model's figures there.
+``python -m simulator.app.measure.codex_fit``; this script gives the shipped model's figures there.
 
 The bars are the issues' own: Claude Code at least 98% of requests matched, median session
 error at most 0.5%, p90 at most 2%, corpus within 1%; Codex 95%, 1%, no p90 bar, 2%.
@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from simulator import policy as registry
-from simulator.fidelity import compare, summarize
+from simulator.app.fidelity import compare, summarize
 from simulator.pricing import PriceBook
 from simulator.replay import replay
 from traces.load import load, named_traces
@@ -103,7 +103,10 @@ def table(rows: dict[str, pl.DataFrame], bars: Bars) -> str:
 def main(argv: list[str]) -> int:
     args = [a for a in argv if a != "--lenient"]
     if len(args) != 1 or not Path(args[0]).is_dir():
-        print("usage: python -m reports.fidelity_folders ROOT (a folder of source folders)")
+        print(
+            "usage: python -m simulator.app.measure.fidelity_folders ROOT"
+            " (a folder of source folders)"
+        )
         return 2
     root = Path(args[0])
     bars = BARS["codex"] if root.name == "codex" else BARS["claude-code"]

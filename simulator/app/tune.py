@@ -1,7 +1,7 @@
 """Parameter tuning with Optuna: a policy's best configurations under constraints.
 
 A trial replays every session of the trace set under one configuration, with the loss
-proxies, and records the run's figures (simulator/outputs.py `overall_summary`: cost,
+proxies, and records the run's figures (simulator/frames.py `overall_summary`: cost,
 compactions, overflows, edits, the loss proxies, ... every figure of a run summary); the
 objectives are one or more of them and constraints bound others (`overflows=0`: a
 configuration that overflows is not a candidate, however cheap). Cost alone is the wrong
@@ -39,12 +39,7 @@ import polars as pl
 
 from simulator import policy as registry
 from simulator import run as service
-from simulator.model import Trace
-from simulator.outputs import policy_entry, rules_versions, trace_entry
-from simulator.policy import Policy, PolicyError
-from simulator.replay import default_prices
-from simulator.sweep import (
-    CELL_FIGURES,
+from simulator.app.sweep import (
     SweepError,
     column_names,
     parse_values,
@@ -52,6 +47,10 @@ from simulator.sweep import (
     run_settings,
     split_key,
 )
+from simulator.frames import CELL_FIGURES, policy_entry, rules_versions, trace_entry
+from simulator.model import Trace
+from simulator.policy import Policy, PolicyError
+from simulator.replay import default_prices
 from simulator.variants import build_variant, load_variant
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ PARETO_FILE = "pareto.parquet"
 PARETO_CHART = "pareto.png"
 
 #: Objective and constraint names -> the figure they read: every figure of a sweep cell
-#: (simulator/sweep.py CELL_FIGURES: the run summary's, then the re-fetch model's), `cost`
+#: (simulator/app/sweep.py CELL_FIGURES: the run summary's, then the re-fetch model's), `cost`
 #: for cost_total.
 METRICS = {"cost": "cost_total", **{c: c for c in CELL_FIGURES if c != "cost_total"}}
 #: Figures that are fractions or dollars (Float64 columns); every other figure is a count.

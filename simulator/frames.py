@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import orjson
 import polars as pl
 
@@ -458,7 +459,6 @@ def recorded_priced(
 ) -> pl.DataFrame | None:
     """Every recorded request that logged usage, priced with the run's price book (None
     when none did): what the run summary and the session rows read the policies against."""
-    from simulator.fidelity import recorded
     from simulator.replay import add_costs
 
     rows = recorded(traces)
@@ -521,3 +521,65 @@ def recorded_cost(
 
 def _total(priced: pl.DataFrame | None) -> float | None:
     return None if priced is None else float(priced.select(pl.col("cost_total").sum()).item())
+
+
+#: Figures of the re-fetch model (simulator/refetch.py, reports/METRICS.md "Re-fetch"), each
+#: the sum of its row column: the inserted rounds, their tokens, the recorded re-reads left
+#: out, theirs, and the inserted rounds' dollars. Null in the open loop (not modelled).
+REFETCH_FIGURES: dict[str, Any] = {
+    "refetch_calls": pl.Int64,
+    "refetch_tokens": pl.Int64,
+    "skipped_rereads": pl.Int64,
+    "skipped_tokens": pl.Int64,
+    "refetch_cost": pl.Float64,
+}
+#: Figures of a cell in cells.parquet, and what tuning can aim at or bound: every figure of
+#: a run summary (simulator/frames.py SUMMARY_COLUMNS: cost, calls, compactions,
+#: overflows, edits, the loss proxies, ...), then the re-fetch figures.
+CELL_FIGURES = tuple(dict.fromkeys((*SUMMARY_COLUMNS, *REFETCH_FIGURES)))
+
+
+def grid_keys(cells: pl.DataFrame) -> list[str]:
+    """The grid parameters of a cells table (every column between the keys and figures)."""
+    return [c for c in cells.columns if c not in ("policy", "params_hash", *CELL_FIGURES)]
+
+
+#: The recorded usage of a request, in replay-row vocabulary (`recorded`).
+_RECORDED_SCHEMA: dict[str, Any] = {
+    "trace": pl.String,
+    "session_index": pl.Int32,
+    "request": pl.Int32,
+    "model": pl.String,
+    **{c: pl.Int64 for c in (*TOKEN_COLUMNS[:4], "output")},
+}
+
+
+def recorded(traces: Sequence[tuple[str, Trace]]) -> pl.DataFrame:
+    """The recorded usage of every request that has some, in replay-row vocabulary."""
+    parts: list[pl.DataFrame] = []
+    for name, trace in traces:
+        for i, session in enumerate(trace.sessions):
+            r = session.requests
+            used = np.flatnonzero(r["has_usage"])
+            if not len(used):
+                continue
+            models = np.asarray(session.models, dtype=object)[r["model"][used]]
+            parts.append(
+                pl.DataFrame(
+                    {
+                        "trace": [name] * len(used),
+                        "session_index": np.full(len(used), i, dtype=np.int32),
+                        "request": used.astype(np.int32),
+                        "model": models.tolist(),
+                        "uncached_input": r["input"][used],
+                        "cache_read": r["cache_read"][used],
+                        "cache_write_5m": r["cache_write_5m"][used],
+                        "cache_write_1h": r["cache_write_1h"][used],
+                        "output": r["output"][used],
+                    },
+                    schema=_RECORDED_SCHEMA,
+                )
+            )
+    if not parts:
+        return pl.DataFrame(schema=_RECORDED_SCHEMA)
+    return pl.concat(parts, how="vertical")

@@ -1,8 +1,8 @@
 """Fit the OpenAI automatic-cache model (simulator/prompt_cache.py `OPENAI_FAMILIES`) to the
 recorded ``cached_input_tokens`` of Codex rollouts, leave-one-source-out.
 
-Run: ``.venv/bin/python -m reports.codex_fit ../shared/traces/codex``
-(writes reports.codex_fit.json; the method is in codex.md beside it).
+Run: ``.venv/bin/python -m simulator.app.measure.codex_fit ../shared/traces/codex``
+(writes simulator.app.measure.codex_fit.json; the method is in codex.md beside it).
 
 Every source folder is compiled once; the as-recorded replay is priced once per grid point
 (retention x tail, applied to every family at once: one cache per model, so a family's
@@ -23,7 +23,7 @@ import polars as pl
 
 from simulator import policy as registry
 from simulator import prompt_cache
-from simulator.fidelity import compare
+from simulator.app.fidelity import compare
 from simulator.model import Trace
 from simulator.pricing import PriceBook
 from simulator.prompt_cache import OpenAIFamily
@@ -145,6 +145,6 @@ def fit(src: Path) -> dict[str, Any]:
 
 if __name__ == "__main__":
     result = fit(Path(sys.argv[1]))
-    out = Path(__file__).resolve().parents[1] / "policies" / "calibration" / "codex_fit.json"
+    out = Path(__file__).resolve().parents[3] / "policies" / "calibration" / "codex_fit.json"
     out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(json.dumps(result, indent=1, sort_keys=True))

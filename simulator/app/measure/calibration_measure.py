@@ -1,8 +1,9 @@
 """Measure the recorded Claude Code compactions and fit the summary-size calibration.
 
 Regenerates ``policies/calibration/compactions.json`` from the real traces in
-``../shared/traces`` (run ``python -m reports.calibration_measure``; ``--check`` compares
-instead of writing). The numbers in ``policies/calibration/summary.py`` are copied from its
+``../shared/traces`` (run ``python -m simulator.app.measure.calibration_measure``;
+``--check`` compares instead of writing). The numbers in ``policies/calibration/summary.py`` are
+copied from its
 ``fit`` section; tests/test_calibration.py fails when either drifts from what this script
 measures. The method is written up in ``policies/calibration/README.md``.
 
@@ -38,7 +39,7 @@ from simulator.model import CompactionEvent, Flag, Kind, Session
 from simulator.prefix import infer
 from traces.load import load_all, units
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
 DATA_FILE = ROOT / "policies" / "calibration" / "compactions.json"
 
@@ -368,7 +369,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.calibration_measure")
+    parser = argparse.ArgumentParser(prog="python -m simulator.app.measure.calibration_measure")
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="shared traces")
     parser.add_argument("--out", type=Path, default=DATA_FILE, help="data file to write")
     parser.add_argument(

@@ -1,6 +1,6 @@
 """The fidelity report in the terminal: every session, the corpus figures, the worst ones.
 
-Presentation of simulator/fidelity.py's figures (the core computes them; this module only
+Presentation of simulator/app/fidelity.py's figures (the core computes them; this module only
 lays them out, with the shared table renderer of reports/tables.py).
 """
 
@@ -13,7 +13,7 @@ import polars as pl
 
 from reports.tables import Column
 from reports.tables import render as render_columns
-from simulator.fidelity import INFERRED, MATCH_TOLERANCE, worst
+from simulator.app.fidelity import INFERRED, MATCH_TOLERANCE, worst
 
 
 def _pct(value: float | None, digits: int = 2) -> str:
@@ -41,7 +41,7 @@ def _table(
     sessions: pl.DataFrame, labels: Mapping[str, tuple[str, str]] | None = None
 ) -> list[str]:
     """Sessions as a terminal table (reports/tables.py); `labels` (trace name -> project,
-    start: simulator/cli.py) adds the columns a user finds a session by."""
+    start: simulator/app/cli.py) adds the columns a user finds a session by."""
     named = labels is not None
     columns = [
         *([Column("project"), Column("start")] if named else []),

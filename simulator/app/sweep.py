@@ -68,11 +68,11 @@ import polars as pl
 
 from simulator import policy as registry
 from simulator import run as service
-from simulator.files import atomic_write
-from simulator.model import Trace
-from simulator.outputs import (
+from simulator.app.files import atomic_write
+from simulator.frames import (
+    CELL_FIGURES,
+    REFETCH_FIGURES,
     REQUEST_ORDER,
-    SUMMARY_COLUMNS,
     _edit_aggs,
     _summary_aggs,
     as_written,
@@ -84,6 +84,7 @@ from simulator.outputs import (
     rules_versions,
     trace_entry,
 )
+from simulator.model import Trace
 from simulator.policy import Policy, PolicyError, PolicySpec
 from simulator.replay import default_prices
 from simulator.variants import Variant, build_variant, load_variant
@@ -557,7 +558,7 @@ def start_method() -> str:
 def _preload() -> list[str]:
     """Modules the fork server imports once for all workers: the engine and every module
     registering policies (found through the entry points, as the registry finds them)."""
-    modules = ["simulator.sweep", "simulator.replay"]
+    modules = ["simulator.app.sweep", "simulator.replay"]
     modules += sorted({ep.module for ep in entry_points(group=registry.ENTRY_POINT_GROUP)})
     return modules
 
@@ -924,27 +925,6 @@ def scan(out: Path) -> pl.LazyFrame:
     return pl.scan_parquet(out / DATA_DIR / "**" / "*.parquet", hive_partitioning=True)
 
 
-#: Figures of the re-fetch model (simulator/refetch.py, reports/METRICS.md "Re-fetch"), each
-#: the sum of its row column: the inserted rounds, their tokens, the recorded re-reads left
-#: out, theirs, and the inserted rounds' dollars. Null in the open loop (not modelled).
-REFETCH_FIGURES: dict[str, Any] = {
-    "refetch_calls": pl.Int64,
-    "refetch_tokens": pl.Int64,
-    "skipped_rereads": pl.Int64,
-    "skipped_tokens": pl.Int64,
-    "refetch_cost": pl.Float64,
-}
-#: Figures of a cell in cells.parquet, and what tuning can aim at or bound: every figure of
-#: a run summary (simulator/outputs.py SUMMARY_COLUMNS: cost, calls, compactions,
-#: overflows, edits, the loss proxies, ...), then the re-fetch figures.
-CELL_FIGURES = tuple(dict.fromkeys((*SUMMARY_COLUMNS, *REFETCH_FIGURES)))
-
-
-def grid_keys(cells: pl.DataFrame) -> list[str]:
-    """The grid parameters of a cells table (every column between the keys and figures)."""
-    return [c for c in cells.columns if c not in ("policy", "params_hash", *CELL_FIGURES)]
-
-
 def _typed(values: list[Any]) -> pl.Series:
     """A grid parameter's values as one typed column: integers, numbers, booleans or
     strings when they are all of a kind, else their JSON text (None stays null)."""
@@ -967,7 +947,7 @@ def _typed(values: list[Any]) -> pl.Series:
 def cells_frame(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
     """One row per finished cell, in manifest order: policy, params_hash, a column per grid
     parameter (named by `column_name`; null where a cell's policy has no such axis) and the
-    cell's figures over all its rows (simulator/outputs.py `overall_summary`)."""
+    cell's figures over all its rows (simulator/frames.py `overall_summary`)."""
     entries = [e for e in manifest["cells"] if is_complete(out / e["path"])]
     keys = list(dict.fromkeys(k for e in entries for k in e["grid"]))
     names = column_names(keys)
@@ -990,7 +970,7 @@ def cells_frame(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
 
 def row_figures(rows: pl.DataFrame) -> pl.DataFrame:
     """CELL_FIGURES over a replay's rows, as a one-row frame of typed columns (the aggregation
-    of simulator/outputs.py `overall_summary`, so a null figure keeps its type)."""
+    of simulator/frames.py `overall_summary`, so a null figure keeps its type)."""
     summary = rows.select(_summary_aggs(has_loss(rows), _edit_aggs(rows)))
     # Built from Python values, not `rows.select(pl.lit(None))`: a select of literals alone
     # gives one row per chunk of a many-chunk frame in this polars.

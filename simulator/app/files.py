@@ -96,7 +96,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise OutputError(f"cannot write {path}: {_reason(exc)}") from exc
 
 
-#: What marks a directory as a ctxsim run's (simulator/outputs.py MANIFEST_FILE): only such
+#: What marks a directory as a ctxsim run's (simulator/frames.py MANIFEST_FILE): only such
 #: a directory, or an empty one, is replaced by a new run directory.
 RUN_MARK = "manifest.json"
 

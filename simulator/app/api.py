@@ -2,7 +2,7 @@
 the polars frames, write a run directory. The same run service as `ctxsim run`
 (simulator/run.py), so the same inputs give the same rows and the same bytes::
 
-    from simulator import api
+    from simulator.app import api
 
     traces = api.load(["~/.claude/projects/-work-app"], lenient=True)
     run = api.replay(traces, ["as-recorded", "claude-code",
@@ -25,8 +25,9 @@ from typing import Any
 import polars as pl
 
 from simulator import run as service
+from simulator.app import outputs
+from simulator.frames import RunOutputs, policy_summary
 from simulator.model import Trace
-from simulator.outputs import RunOutputs, policy_summary
 from simulator.policy import Policy
 from simulator.variants import build_named
 
@@ -106,5 +107,5 @@ def write(run: Run, out: str | Path) -> Path:
     """Save the run's files under `out` (created if needed), each written atomically; `ctxsim
     report OUT` and `ctxsim compare` read the directory."""
     target = Path(out).expanduser()
-    service.write(run.outputs, target)
+    outputs.write(run.outputs, target)
     return target

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from simulator.frames import recorded
 from simulator.model import Trace
 from simulator.pricing import PriceBook
 from simulator.replay import add_costs
@@ -29,44 +30,6 @@ MATCH_TOLERANCE = 0.01
 #: Input-side components compared, as named in the replay rows (and, prefixed, here).
 COMPONENTS = ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h")
 KEYS = ("trace", "session_index", "request")
-_RECORDED_SCHEMA: dict[str, Any] = {
-    "trace": pl.String,
-    "session_index": pl.Int32,
-    "request": pl.Int32,
-    "model": pl.String,
-    **{c: pl.Int64 for c in (*COMPONENTS, "output")},
-}
-
-
-def recorded(traces: Sequence[tuple[str, Trace]]) -> pl.DataFrame:
-    """The recorded usage of every request that has some, in replay-row vocabulary."""
-    parts: list[pl.DataFrame] = []
-    for name, trace in traces:
-        for i, session in enumerate(trace.sessions):
-            r = session.requests
-            used = np.flatnonzero(r["has_usage"])
-            if not len(used):
-                continue
-            models = np.asarray(session.models, dtype=object)[r["model"][used]]
-            parts.append(
-                pl.DataFrame(
-                    {
-                        "trace": [name] * len(used),
-                        "session_index": np.full(len(used), i, dtype=np.int32),
-                        "request": used.astype(np.int32),
-                        "model": models.tolist(),
-                        "uncached_input": r["input"][used],
-                        "cache_read": r["cache_read"][used],
-                        "cache_write_5m": r["cache_write_5m"][used],
-                        "cache_write_1h": r["cache_write_1h"][used],
-                        "output": r["output"][used],
-                    },
-                    schema=_RECORDED_SCHEMA,
-                )
-            )
-    if not parts:
-        return pl.DataFrame(schema=_RECORDED_SCHEMA)
-    return pl.concat(parts, how="vertical")
 
 
 def compare(
