@@ -108,7 +108,37 @@ def rules_versions() -> dict[str, str]:
     return {
         "cache_rules": digest(prompt_cache, prefix),
         "model_facts": digest(models, extra=f"genai-prices {prices_release}"),
+        "replay_code": code_digest(),
     }
+
+
+@functools.cache
+def code_digest() -> str:
+    """Digest of the code and data that decide a row beyond the cache rules and model facts:
+    every module of the core (the engine, the view, the loss proxies, the re-fetch loop...)
+    and every source and data file of the packages the registered policies come from (their
+    stages, presets and calibration data). A sweep or a tuning study records it and refuses
+    to resume across any change of it, so cells computed by other code are never mixed."""
+    import importlib.util
+
+    from simulator import policy as registry
+
+    core = Path(__file__).resolve().parent
+    files = sorted(core.glob("*.py"))
+    packages = sorted({registry.get(name).__module__.split(".")[0] for name in registry.names()})
+    for package in packages:
+        spec = importlib.util.find_spec(package)
+        for place in sorted(spec.submodule_search_locations or []) if spec else []:
+            root = Path(place).resolve()
+            if root == core:
+                continue
+            files += sorted(
+                f for f in root.rglob("*") if f.suffix in (".py", ".json", ".toml") and f.is_file()
+            )
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def prices_date(book: PriceBook) -> str | None:

@@ -318,6 +318,6 @@ def test_outputs_hold_no_message_text(tmp_path: Path) -> None:
     vocabulary = {"claude-code", "codex", "swe-agent", "auto", manifest["ctxsim_version"]}
     vocabulary |= {manifest["prices"], *(p["version"] for p in manifest["policies"])}
     vocabulary |= {manifest["prices_date"]}  # an ISO date
-    vocabulary |= {manifest["cache_rules"], manifest["model_facts"]}  # digests of the rules
+    vocabulary |= {manifest[k] for k in ("cache_rules", "model_facts", "replay_code")}  # digests
     leftover = strings - allowed - digests - vocabulary
     assert all(s.isidentifier() or s.endswith(".parquet") for s in leftover), leftover

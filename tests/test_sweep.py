@@ -407,20 +407,22 @@ def test_a_sweep_killed_with_sigkill_resumes_to_the_same_dataset(tmp_path: Path)
     assert len(digests(clean)) == 240 + 2
 
 
-def test_a_sweep_refuses_to_resume_across_a_change_of_cache_rules_or_model_facts(
+def test_a_sweep_refuses_to_resume_across_a_change_of_cache_rules_model_facts_or_code(
     tmp_path: Path, samples, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The rows of a spec depend on the cache rules and the model facts as well as on its
-    parameters: a sweep made under other ones is not resumed."""
+    """The rows of a spec depend on the cache rules, the model facts and the code of the
+    engine and the policies as well as on its parameters: a sweep made under other ones is
+    not resumed."""
     config = small_config()
     settings = sw.SweepSettings(samples)
     sw.run_sweep(tmp_path, sw.build_cells(config), config, settings, executor_name="serial")
     manifest = orjson.loads((tmp_path / sw.MANIFEST_FILE).read_bytes())
-    recorded = {k: manifest["settings"][k] for k in ("cache_rules", "model_facts")}
+    recorded = {k: manifest["settings"][k] for k in ("cache_rules", "model_facts", "replay_code")}
     assert recorded == outputs.rules_versions()
     for key, message in (
         ("cache_rules", "other cache rules"),
         ("model_facts", "other model facts"),
+        ("replay_code", "other replay code"),
     ):
         changed = {**recorded, key: "0" * 12}
         monkeypatch.setattr(sw, "rules_versions", lambda changed=changed: changed)
