@@ -91,11 +91,11 @@ def replay_run(
 ) -> Replay:
     """Replay `src` under one policy exactly as `ctxsim run` does (the same run service,
     simulator/run.py: same rows, same bytes)."""
-    from simulator import policy as registry
     from simulator import run as service
+    from simulator.variants import build_named
 
     traces = _named(src, lenient)
-    built = registry.build(policy, params or {})
+    built = build_named(policy, params or {})  # a name or a variant .toml, as `-P` parses
     settings = service.RunSettings(seed=seed, cache=cache, lenient=lenient)
     return Replay(service.run(traces, [built], settings))
 
