@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.calibration import summary as cal
-from reports import calibration_measure
+from simulator.app.measure import calibration_measure
 
 DATA = Path(cal.__file__).with_name("compactions.json")
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from scripted import Script, usage
 
 from policies.base import ConversationSession
-from reports import refetch_measure
+from simulator.app.measure import refetch_measure
 from simulator import policy as registry
 from simulator.app import api
 from simulator.app.cli import main

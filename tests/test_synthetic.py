@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports import synth_fit
+from simulator.app.measure import synth_fit
 from simulator import policy
 from simulator.model import NEVER, Flag, Kind, Session, Trace
 from simulator.replay import replay
