@@ -198,15 +198,15 @@ def test_codex_initial_context_before_the_first_human_message(
     ("version", "expected"),
     [
         # (limit, fraction, window share, initial before human, turn answers, call, late,
-        # dropped reasoning counted)
-        ("0.42.0-alpha.3", (350_000, 1.0, 1.0, False, False, "billed", False, False)),
-        ("0.46.9", (350_000, 1.0, 1.0, False, False, "billed", False, False)),
-        ("0.47.0", (None, 0.935, 0.95, True, False, "billed", False, False)),
-        ("0.118.0", (None, 0.935, 0.95, True, True, "unrecorded", True, False)),
-        ("0.126.0-alpha.8", (None, 0.935, 0.95, True, True, "unrecorded", True, False)),
-        ("0.140.0", (None, 0.935, 0.95, True, False, "unrecorded", True, True)),
-        ("0.142.5", (None, 0.935, 0.95, True, False, "unrecorded", True, True)),
-        ("", (None, 0.935, 0.95, True, False, "unrecorded", True, True)),  # unknown: newest
+        # the count)
+        ("0.42.0-alpha.3", (350_000, 1.0, 1.0, False, False, "billed", False, "estimate")),
+        ("0.46.9", (350_000, 1.0, 1.0, False, False, "billed", False, "estimate")),
+        ("0.47.0", (None, 0.935, 0.95, True, False, "billed", False, "estimate")),
+        ("0.118.0", (None, 0.9, 0.95, True, True, "unrecorded", True, "codex")),
+        ("0.126.0-alpha.8", (None, 0.9, 0.95, True, True, "unrecorded", True, "codex")),
+        ("0.140.0", (None, 0.9, 0.95, True, False, "unrecorded", True, "codex")),
+        ("0.142.5", (None, 0.9, 0.95, True, False, "unrecorded", True, "codex")),
+        ("", (None, 0.9, 0.95, True, False, "unrecorded", True, "codex")),  # unknown: newest
     ],
 )
 def test_codex_presets_by_cli_version(version: str, expected: tuple[Any, ...]) -> None:
@@ -219,10 +219,14 @@ def test_codex_presets_by_cli_version(version: str, expected: tuple[Any, ...]) -
         params["keep_turn_answers"],
         params["compaction_call"],
         params["initial_before_last_user"],
-        params["count_dropped_reasoning"],
+        params["trigger_count"],
     ) == expected
     assert params["logged_window"] and params["replay_manual"]
-    assert params["kept_as_text"] == (expected[5] == "unrecorded")
+    codex_rs = expected[7] == "codex"  # 0.118+: the rules read from codex-rs
+    assert params["kept_as_text"] == params["limit_of_raw_window"] == codex_rs
+    assert params["apply_unlogged_edits"] == codex_rs
+    assert not params["count_dropped_reasoning"]
+    assert params["reasoning_estimate_factor"] == 1.2
 
 
 def _logged(script: Script, windows: list[int]) -> Any:
@@ -692,3 +696,99 @@ def test_codex_counts_the_reasoning_the_api_dropped(count: bool, made: list[Any]
     }
     frame = run(s, "codex", params)
     assert compactions(frame) == made
+
+
+def _reasoning_turns(drop: bool) -> Script:
+    """Turn 1: a 1,000-token message (k0); response 0 is a 10,000-token reasoning block and
+    a round (100 + 5,000: k1 26,100); response 1 a 100-token answer. Turn 2: a 1,000-token
+    message (k2), a round (100 + 5,000: k3). `drop`: the API drops the reasoning at turn 2
+    (gpt-5.5: k2 17,200, k3 22,300); else it keeps it (gpt-5.6: 27,200, 32,300)."""
+    s = read_script()
+    s.user(1_000)
+    s.request()
+    thinking = s._add(Kind.THINKING, Role.ASSISTANT, 10_000, origin=0)
+    s.tool(5_000)
+    s.request()
+    s.say(100)
+    s.user(1_000)
+    if drop:
+        s.b.hide(thinking, 2)
+    s.request()
+    s.tool(5_000)
+    s.request()
+    return s
+
+
+@pytest.mark.parametrize(
+    ("drop", "params", "made"),
+    [
+        # the harness estimate plus the dropped reasoning: k2 26,100 + 100 + 1,000 + 10,000
+        # = 37,200, over the 30,000 limit at the user message
+        (True, {"count_dropped_reasoning": True}, [(2, "compact")]),
+        # Codex's count: k2 is checked before its user message is recorded and while the
+        # reasoning is still the latest turn's: 26,100 + 100 = 26,200; k3: 17,200 + 100 +
+        # the 5,000 result + 1.2 x 10,000 = 34,300, over it
+        (True, {"trigger_count": "codex"}, [(3, "compact")]),
+        # at 0.5 per reasoning token: k3 17,300 + 5,000 + 5,000 = 27,300, under it
+        (True, {"trigger_count": "codex", "reasoning_estimate_factor": 0.5}, []),
+        # the model keeps the reasoning (its usage counts it) and Codex adds it again:
+        # limit 40,000; k3 27,300 + 5,000 + 12,000 = 44,300 (the estimate: 32,300)
+        (
+            False,
+            {"trigger_count": "codex", "model_auto_compact_token_limit": 40_000},
+            [(3, "compact")],
+        ),
+        (False, {"model_auto_compact_token_limit": 40_000}, []),
+    ],
+)
+def test_codex_counts_as_codex_rs_does(drop: bool, params: dict[str, Any], made: list[Any]) -> None:
+    base = {"summary_tokens": SUMMARY, "model_auto_compact_token_limit": 30_000}
+    frame = run(_reasoning_turns(drop), "codex", {**base, **params})
+    assert compactions(frame) == made
+
+
+def test_codex_reasoning_of_earlier_turns_is_forgotten_at_a_compaction() -> None:
+    """After the compaction at k3 (Codex's count, limit 30,000) the history holds no
+    reasoning. k3: 10,000 prefix + 2,000 of user messages + 3,080 summary = 15,080; a
+    100-token answer, then turn 3: k4 16,180, a round: k5 21,280, counted 16,180 + 100 +
+    5,000 = 21,280 (turn 1's reasoning still counted would make it 33,280: compacted)."""
+    s = _reasoning_turns(True)
+    s.say(100)
+    s.user(1_000)
+    s.request()
+    s.tool(5_000)
+    s.request()
+    params = {
+        "summary_tokens": SUMMARY,
+        "model_auto_compact_token_limit": 30_000,
+        "trigger_count": "codex",
+    }
+    frame = run(s, "codex", params)
+    assert compactions(frame) == [(3, "compact")]
+    assert contexts(frame)[3:] == [15_080, 16_180, 21_280]
+
+
+@pytest.mark.parametrize(("raw", "first", "limit"), [(False, 7, 81_225), (True, 8, 85_500)])
+def test_codex_limit_of_the_raw_window(raw: bool, first: int, limit: int) -> None:
+    """Logged 90,250 = 95% of a 95,000 catalog window: 0.9 of the logged one is 81,225
+    (k7 81,700 reaches it), 0.9 of the catalog one 85,500 (k8 91,800; openai/codex#40095)."""
+    trace = _logged(uniform(18), [90_250])
+    params = {"summary_tokens": SUMMARY, "window_share": 0.95, "limit_of_raw_window": raw}
+    frame = replay([("t", trace)], policy.build("codex", params))
+    assert compactions(frame)[0] == (first, "compact")
+    assert row(frame, 0)["threshold_tokens"] == limit
+
+
+@pytest.mark.parametrize(("apply", "k3"), [(False, 42_300), (True, 41_300)])
+def test_codex_applies_the_recordings_unlogged_edits(apply: bool, k3: int) -> None:
+    """A 1,000-token block the recording's client dropped at k3 without logging it
+    (Flag.UNLOGGED): uniform(3) plus it is 42,300 at k3; dropped there, 41,300."""
+    s = read_script()
+    s.user(1_000)
+    dropped = s._add(Kind.INJECTED, Role.USER, 1_000, flags=Flag.UNLOGGED)
+    s.request()
+    s.rounds(3, 10_000)
+    s.b.compact_away(dropped, 3)
+    frame = run(s, "codex", {"summary_tokens": SUMMARY, "apply_unlogged_edits": apply})
+    assert compactions(frame) == []
+    assert contexts(frame)[3] == k3

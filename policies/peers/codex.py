@@ -29,7 +29,8 @@ text and images of the first message that has any); user messages are the human-
 blocks (Flag.HUMAN), so tool results, injected reminders and summaries are never kept;
 "the oldest items" are dropped a whole API-round group at a time, which never separates a
 tool_use from its tool_result. The trigger compares the harness estimate of
-`ConversationSession.estimate`. The summary's size is drawn from the Claude Code
+`ConversationSession.estimate` by default; the 0.118+ presets compare Codex's own count
+(`CodexSession.codex_count`, see `PRESETS`). The summary's size is drawn from the Claude Code
 calibration (policies/calibration/summary.py) with the session's seeded rng, unless the
 `summary_tokens` parameter fixes it; the compaction call's output is the summary itself.
 """
@@ -37,6 +38,8 @@ calibration (policies/calibration/summary.py) with the session's seeded rng, unl
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+import numpy as np
 
 from policies.base import (
     CACHE_TTL,
@@ -85,6 +88,8 @@ class CodexSession(ConversationSession):
         self.use_logged = bool(params["logged_window"])
         #: The window Codex runs with when none was logged: a share of the model facts'.
         self.fallback_window = int(float(params["window_share"]) * self.window)
+        self.raw_window = bool(params["limit_of_raw_window"])
+        self.window_share = float(params["window_share"])
         self.limit = self.limit_at(0) if ctx.session.n_requests else self.fallback_window
         self.keep_answers = bool(params["keep_turn_answers"])
         self.initial_late = bool(params["initial_before_last_user"])
@@ -122,6 +127,27 @@ class CodexSession(ConversationSession):
         self.count_dropped = bool(params["count_dropped_reasoning"])
         #: Tokens of the reasoning the API stopped counting since the last compaction.
         self.dropped = 0
+        #: `trigger_count` "codex": the count codex-rs compares with the limit (`codex_count`).
+        self.codex_count_on = str(params["trigger_count"]) == "codex"
+        self.reasoning_factor = float(params["reasoning_estimate_factor"])
+        b = ctx.session.blocks
+        thinking = np.flatnonzero(b["kind"] == Kind.THINKING)
+        #: Request -> recorded reasoning tokens of its response (its THINKING blocks'
+        #: `tokens_raw`: the reader sizes them from ``reasoning_output_tokens``).
+        self.reasoning_of: dict[int, int] = {}
+        for blk in thinking.tolist():
+            o = int(b["origin"][blk])
+            self.reasoning_of[o] = self.reasoning_of.get(o, 0) + self.raw[blk]
+        #: Reasoning tokens in Codex's history since the last compaction: of the user turn
+        #: in progress (`reasoning_open`) and of the turns before it (`reasoning_closed`).
+        self.reasoning_open = 0
+        self.reasoning_closed = 0
+        #: Request -> blocks Codex dropped there without logging it (`apply_unlogged_edits`).
+        self.unlogged: dict[int, list[int]] = {}
+        if params["apply_unlogged_edits"]:
+            unlogged = np.flatnonzero((b["flags"] & Flag.UNLOGGED) != 0)
+            for blk in unlogged.tolist():
+                self.unlogged.setdefault(int(b["compacted_at"][blk]), []).append(blk)
         self.retexted: set[int] = set()  # kept messages already re-sized to their text
 
     def on_enter(self, blocks: list[int]) -> None:
@@ -148,7 +174,10 @@ class CodexSession(ConversationSession):
         the window Codex ran request k's model with: the logged one where the recording
         has it, else `window_share` of the model facts' window)."""
         window = self.ctx.session.logged_window(k) if self.use_logged else -1
-        bound = int(self.fraction * (window if window > 0 else self.fallback_window))
+        window = window if window > 0 else self.fallback_window
+        if self.raw_window:  # the catalog window the effective (logged) one is a share of
+            window = round(window / self.window_share)
+        bound = int(self.fraction * window)
         return bound if self.config_limit is None else min(int(self.config_limit), bound)
 
     def limits(self) -> Limits:
@@ -157,8 +186,37 @@ class CodexSession(ConversationSession):
         n = self.ctx.session.n_requests
         return Limits(threshold=self.limit_at(min(self.next_k, n - 1)) if n else self.limit)
 
+    def codex_count(self, k: int) -> int:
+        """The count codex-rs compares with the limit before request k (`PRESETS`, "the
+        count"): the last response's total, plus length/4 of what the history gained
+        since that the response did not write, plus the estimated reasoning of the user
+        turns before the latest one; the user message that opens a turn and what comes
+        with it are not in it (Codex checks before recording them). Moves the reasoning of
+        the turn that ends at k into the earlier turns' share."""
+        conv = self.conv
+        entering: list[int] = self.schedule.enter[k]
+        opens_turn = any(conv.flags[b] & int(Flag.HUMAN) for b in entering)
+        reasoning = round(self.reasoning_factor * self.reasoning_closed)
+        if opens_turn:
+            self.reasoning_closed += self.reasoning_open
+            self.reasoning_open = 0
+        if self.last_total is None:
+            return conv.total()
+        added = 0
+        for key in entering:
+            if conv.origin[key] == k - 1:
+                continue  # the previous response's own items: in its total already
+            if opens_turn and conv.kinds[key] != Kind.TOOL_RESULT:
+                continue  # recorded with the new turn, after the check
+            added += conv.estimate_chars(key) // 4
+        return self.last_total + self.last_output + added + reasoning
+
     def transform(self, k: int, out: Emitter) -> None:
         self.next_k = k + 1
+        if k in self.unlogged:
+            self.conv.remove_blocks(set(self.unlogged[k]))
+        if self.codex_count_on:
+            self.reasoning_open += self.reasoning_of.get(k - 1, 0)
         if self.count_dropped:
             kinds, tokens = self.conv.kinds, self.ctx.session.blocks["tokens"]
             self.dropped += sum(
@@ -170,7 +228,8 @@ class CodexSession(ConversationSession):
             self.replay_manual(k, out)
             return
         self.limit = self.limit_at(k)
-        if self.estimate(k) + self.dropped < self.limit:
+        count = self.codex_count(k) if self.codex_count_on else self.estimate(k) + self.dropped
+        if count < self.limit:
             self.attempted = False
             return
         if self.attempted:
@@ -203,6 +262,7 @@ class CodexSession(ConversationSession):
             conv.replace_all([*initial, *kept, key])
         self.compactions += 1
         self.dropped = 0  # the compacted history holds no reasoning
+        self.reasoning_open = self.reasoning_closed = 0
 
     def replay_manual(self, k: int, out: Emitter) -> None:
         """The user's /compact at the request where the recording made it, with the
@@ -312,8 +372,11 @@ def manual_compactions(session: Session) -> dict[int, tuple[int, int]]:
     return out
 
 
-#: The 0.47+ limit as a share of the logged window (fitted: see `PRESETS`).
+#: The 0.47-0.117 limit as a share of the logged window (fitted before the count was
+#: Codex's: see `PRESETS`).
 WINDOW_FRACTION_047 = 0.935
+#: Tokens Codex's estimate books per recorded reasoning token (fitted: see `PRESETS`).
+REASONING_ESTIMATE_FACTOR = 1.2
 #: Parameters by Codex CLI version: (first version, overrides of `Codex.defaults`), in
 #: ascending order; `preset_for` takes the last row at or below a version.
 #:
@@ -324,32 +387,54 @@ WINDOW_FRACTION_047 = 0.935
 #:   window Codex runs with. That window is the ``model_context_window`` the rollout logs
 #:   (`logged_window`; traces/codex.py): 95% of the catalog one (openai/codex#19319:
 #:   272,000 x 0.95 = 258,400 on gpt-5.4-5.6; 121,600 on gpt-5.3-codex-spark, whose
-#:   128,000 neither genai-prices 0.2.3 nor simulator/models.py knows: they give it 272,000,
-#:   and the preset compacted 119 requests late); where none is logged, 95% of the model
-#:   facts' window (`window_share`). The share is fitted on the 19 recorded automatic
-#:   compactions (how many the preset compacts within one request of), grid 0.90-0.97 by
-#:   0.005 (`python -m simulator.app.measure.codex_compactions ../shared/traces/codex --fit`): in
-#:   sample 0.935 (12 of 19, the value here). Leave-one-source-out: agentv held out gets 0.91 (5
-#:   of its 12), fnox 0.935 (1 of 1), git-sync 0.935 (2 of 4), hk 0.935 (0 of 2): 8 of 19
-#:   (10 before gpt-5.6 kept its reasoning, which moved hk's two rows).
-#:   0.47-0.117 recorded no compaction: the share is the 0.118+ one. Codex's own default
-#:   is 0.9 of the raw window (openai/codex#40095: 244,800 of 272,000, 94.7% of the logged
-#:   258,400); 0.935 of the logged window is 0.888 of the raw one. Neither reaches 90%: the
-#:   limits that would fire exactly at each recorded compaction (replaying it compacted
-#:   where the recording did) are narrow and disjoint, 0.807-0.957 of the raw window
-#:   (policies/calibration/codex.md), and the documented 0.9 gets 1 to 8 of 19 whatever
-#:   multiple of the earlier turns' reasoning is counted.
-#: * The count compared with the limit (0.140+, `count_dropped_reasoning`): codex-rs
-#:   ContextManager.get_total_token_usage is the last response's total plus an estimate of
-#:   what was added since, plus, where the server does not report reasoning as included,
-#:   the reasoning items of earlier turns (the API stopped counting them; the history
-#:   still holds them until a compaction). By the harness estimate alone the 0.140+
-#:   recordings compact at 0.875-0.949 of the logged window and gpt-5.3-codex-spark at
-#:   0.754-0.801, with requests up to 0.923 passing; with the earlier turns' reasoning
-#:   (the THINKING blocks hidden since the last compaction, at their recorded size) spark
-#:   falls at 0.92-0.93 like the others (0.93-0.96). git-sync 0.118 compacts 4-60 requests
-#:   early with it and 0-7 late without: 0.118 is taken not to count it (chosen on
-#:   git-sync's four compactions, the only 0.118 ones; not validated held out).
+#:   128,000 neither genai-prices 0.2.3 nor simulator/models.py knows); where none is
+#:   logged, 95% of the model facts' window (`window_share`). 0.47-0.117 recorded no
+#:   compaction: their share, 0.935 of the logged window, is the one fitted for 0.118+
+#:   when the count was the harness estimate (kept unchanged: nothing to check it on).
+#: * The limit (0.118+): codex-rs ModelInfo.auto_compact_token_limit is min(the model's
+#:   configured limit, 9/10 of its catalog context window), while the logged window is
+#:   the catalog one times its effective percent (95): 0.9 x 272,000 = 244,800 against a
+#:   logged 258,400 (openai/codex#40095, on 0.149: "auto_compact_token_limit is derived
+#:   from the raw window"), 0.9 x 128,000 = 115,200 on spark (`limit_of_raw_window`,
+#:   window_fraction 0.9). No rollout logs a configured limit (turn_context has no such
+#:   key), so none applies.
+#: * The count (0.118+, `trigger_count` "codex", `codex_count`), from codex-rs
+#:   context_manager/history.rs `get_total_token_usage` and session/turn.rs: the last
+#:   response's ``total_tokens`` (input + output, its reasoning included), plus the
+#:   length/4 estimate of every history item after the last model-written one (tool
+#:   outputs; openai/codex#11132), plus, unless the server says the usage includes it, the
+#:   estimated size of the reasoning items before the last user message (the API drops
+#:   them from its count: openai/codex#7113). It is checked after each sampling request
+#:   that needs a follow-up (mid-turn) and before each turn, before the turn's context
+#:   updates and user message are recorded; so the reasoning of a turn joins the count
+#:   only after the next user message is in the history, one request into that turn. On
+#:   gpt-5.6, which keeps earlier turns' reasoning in its usage, Codex adds it again
+#:   (openai/codex#39767, 0.144.5: 76 of 76 compactions of a rollout cross the limit only
+#:   with it); the same rule does that here, as the THINKING blocks stay in its context.
+#:   Read in codex-rs main (2026: context_manager/history.rs, session/turn.rs,
+#:   protocol openai_models.rs); the two PRs that made the count so are older than 0.118
+#:   (#7113 2025-11, #11132 2026-02; git-sync's 0.118 rollouts are of 2026-04); at the
+#:   fitted factor 3 of 0.118's 4 compactions fall within one request, 14 of 0.140-0.144's
+#:   15 (the earlier rule, which left 0.118's reasoning out, was chosen on git-sync alone).
+#:   codex-rs sizes a reasoning item by its encrypted content (3/4 of its base64 length
+#:   less 650 bytes, /4), which the rollouts redact; here it is the recorded reasoning
+#:   tokens times `reasoning_estimate_factor`, fitted on the 19 recorded automatic
+#:   compactions (grid 1.00-1.60 by 0.05, `python -m simulator.app.measure.codex_compactions
+#:   ../shared/traces/codex --fit`): 1.2 and 1.25 compact within one request of 17 of 19,
+#:   1.0 13, 1.5 12; 1.2 taken (the middle of the tie, the lower of two). Leave-one-
+#:   source-out: agentv held out 1.2 (12 of 12), fnox 1.2 (1 of 1), git-sync 1.15 (2 of
+#:   4), hk 1.2 (1 of 2): 16 of 19. If the 650 bytes are the ciphertext's fixed part,
+#:   1.2 is 4.8 decoded bytes per reasoning token, the order of the 4.9-5.0 bytes of
+#:   encrypted content per reasoning token UKGovernmentBEIS/inspect_ai#3809 measured (it
+#:   does not say whether before or after base64). The earlier rule (the harness
+#:   estimate of the next request, the dropped reasoning at its recorded size, 0.935 of
+#:   the logged window) had 12 of 19 in sample, 8 held out.
+#: * Codex's own unlogged edits (0.118+, `apply_unlogged_edits`): Codex's count is the
+#:   server's usage, so what the client dropped without logging it (Flag.UNLOGGED, inferred
+#:   by traces/builder.py from the recorded usage) is out of it; a policy that keeps those
+#:   blocks counts more than Codex did (git-sync 019d7739: 2,070 tokens of an interrupted
+#:   round from request 100 on, and it compacted 4 requests early). At factor 1.25,
+#:   applying them moved git-sync 173 and 163 from 169 and 160 to 172 and 163.
 #: * What is kept (0.47+): every client message before the first human one (developer
 #:   instructions, AGENTS.md, environment context), the recent user messages, the
 #:   summary. With only the first user message kept, the context after was 15-30% short
@@ -383,15 +468,18 @@ _V047: dict[str, Any] = {
 }
 _V0118: dict[str, Any] = {
     **_V047,
+    "window_fraction": WINDOW_FRACTION,
+    "limit_of_raw_window": True,
+    "trigger_count": "codex",
+    "apply_unlogged_edits": True,
     "compaction_call": "unrecorded",
     "initial_before_last_user": True,
     "kept_as_text": True,
-    "count_dropped_reasoning": True,
 }
 PRESETS: list[tuple[tuple[int, ...], dict[str, Any]]] = [
     ((0,), {"model_auto_compact_token_limit": 350_000, "window_fraction": 1.0}),
     ((0, 47), _V047),
-    ((0, 118), {**_V0118, "keep_turn_answers": True, "count_dropped_reasoning": False}),
+    ((0, 118), {**_V0118, "keep_turn_answers": True}),
     ((0, 140), _V0118),
 ]
 
@@ -474,6 +562,32 @@ PARAMS: dict[str, Param] = {
         " API no longer counts but the history still holds",
         "codex-rs ContextManager.get_total_token_usage (non-last reasoning items)",
     ),
+    "trigger_count": choice(
+        ("estimate", "codex"),
+        "the count compared with the limit: the harness estimate of the next request"
+        " (`count_dropped_reasoning` adds the reasoning the API dropped), or the count"
+        " codex-rs makes (the last response's total, what was added since, the earlier"
+        " turns' reasoning as Codex sizes it; checked before the user message of a turn)",
+        "codex-rs ContextManager.get_total_token_usage, session/turn.rs (see `PRESETS`)",
+    ),
+    "reasoning_estimate_factor": fraction(
+        "tokens Codex's size estimate books per recorded reasoning token of the earlier"
+        " turns (it sizes a reasoning item by its encrypted content)",
+        "fitted on the recorded compactions of shared/traces/codex (see `PRESETS`)",
+        high=4.0,
+        unit="ratio",
+    ),
+    "apply_unlogged_edits": flag(
+        "drop the blocks the recording's client dropped without logging it, where it did"
+        " (Flag.UNLOGGED: an interrupted turn's items, an unexplained drop of the recorded"
+        " context); they are Codex's own edits, so Codex's count never saw them",
+        "traces/builder.py infers them from the recorded usage; see `PRESETS`",
+    ),
+    "limit_of_raw_window": flag(
+        "window_fraction applies to the catalog window (the logged one / window_share),"
+        " not to the logged effective window",
+        "openai/codex#40095: 0.9 x 272,000 = 244,800 against a logged 258,400",
+    ),
     "compaction_call": choice(
         ("billed", "unrecorded"),
         "the compaction call: billed as a request over the history, or unrecorded (the"
@@ -521,6 +635,10 @@ class Codex(Policy):
         "initial_before_last_user": False,
         "kept_as_text": False,
         "count_dropped_reasoning": False,
+        "trigger_count": "estimate",
+        "reasoning_estimate_factor": REASONING_ESTIMATE_FACTOR,
+        "limit_of_raw_window": False,
+        "apply_unlogged_edits": False,
         "compact_prompt_tokens": COMPACT_PROMPT_TOKENS,
         "summary_prefix_tokens": SUMMARY_PREFIX_TOKENS,
         "summary_tokens": None,  # None: drawn from the calibration (seeded)

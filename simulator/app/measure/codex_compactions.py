@@ -9,7 +9,9 @@ The i-th automatic compaction a session recorded is paired with the i-th compact
 preset makes when it replays that session (rows of stage ``compact``); the recorded
 request is the first one whose context is the compacted one (CompactionEvent.request), the
 simulated one is the request whose main call the preset sent compacted. Manual (/compact)
-compactions are listed, not paired: no automatic rule makes them.
+compactions are listed, not paired: no automatic rule makes them. Below the table: the
+sessions (with or without a recorded compaction) where the preset compacts a different
+number of times than the recording (`unmatched`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,26 @@ def rows(src: Path, overrides: dict[str, Any] | None = None) -> list[Row]:
     return out
 
 
+def unmatched(src: Path) -> list[tuple[str, str, int, int]]:
+    """Sessions under `src` (every one, not only those with a recorded compaction) where the
+    matching preset makes a different number of automatic compactions than the recording:
+    (folder, cli version, recorded, simulated). A preset that fires where Codex did not
+    would not show in the paired table."""
+    out: list[tuple[str, str, int, int]] = []
+    for item in load([src], lenient=True):
+        trace = item.trace
+        assert trace is not None
+        parts = item.label.split("/")
+        folder = parts[1] if parts[0] == src.name and len(parts) > 2 else parts[0]
+        for session in trace.sessions:
+            version = session.client.removeprefix("codex").strip()
+            recorded = sum(e.trigger != "manual" for e in session.events)
+            made = len(_simulated(item.name, trace, session.id, version, {})["auto"])
+            if made != recorded:
+                out.append((folder, version, recorded, made))
+    return out
+
+
 def _simulated(
     name: str, trace: Trace, session_id: str, version: str, overrides: dict[str, Any]
 ) -> dict[str, list[tuple[int, int]]]:
@@ -106,15 +128,14 @@ def _simulated(
     return out
 
 
-def fit_fraction(src: Path, grid: list[float]) -> dict[str, tuple[float, int, int]]:
-    """Leave-one-source-out fit of the 0.47+ `window_fraction`: for each held-out folder,
-    the grid value with the most automatic compactions within one request on the other
-    folders (ties: the smaller value), and what it gives on the held-out folder:
-    folder -> (value, within one there, automatic compactions there). Key "all": the fit
-    on every folder."""
-    found = {
-        f: [r for r in rows(src, {"window_fraction": f}) if r.trigger != "manual"] for f in grid
-    }
+def fit(src: Path, name: str, grid: list[float]) -> dict[str, tuple[float, int, int]]:
+    """Leave-one-source-out fit of the preset parameter `name` (0.118+:
+    ``reasoning_estimate_factor``): for each held-out folder, the grid value with the most
+    automatic compactions within one request on the other folders (ties: the middle of the
+    tied values, the lower of two), and what it gives on the held-out folder: folder ->
+    (value, within one there, automatic compactions there). Key "all": the fit on every
+    folder."""
+    found = {f: [r for r in rows(src, {name: f}) if r.trigger != "manual"] for f in grid}
     folders = sorted({r.folder for r in found[grid[0]]})
     out: dict[str, tuple[float, int, int]] = {}
     for held in [*folders, "all"]:
@@ -122,7 +143,9 @@ def fit_fraction(src: Path, grid: list[float]) -> dict[str, tuple[float, int, in
         def score(f: float, held: str = held) -> int:
             return sum(r.within_one for r in found[f] if r.folder != held)
 
-        best = max(grid, key=lambda f: (score(f), -f))
+        top = max(score(f) for f in grid)
+        tied = [f for f in grid if score(f) == top]
+        best = tied[(len(tied) - 1) // 2]
         there = [r for r in found[best] if r.folder == held or held == "all"]
         out[held] = (best, sum(r.within_one for r in there), len(there))
     return out
@@ -153,8 +176,13 @@ def table(found: list[Row]) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2] == "--fit":
-        grid = [round(0.90 + 0.005 * i, 3) for i in range(15)]
-        for held, (value, hit, n) in fit_fraction(Path(sys.argv[1]), grid).items():
-            print(f"{held}: window_fraction {value}: within one {hit} of {n}")
+        grid = [round(1.0 + 0.05 * i, 2) for i in range(13)]
+        found = fit(Path(sys.argv[1]), "reasoning_estimate_factor", grid)
+        for held, (value, hit, n) in found.items():
+            print(f"{held}: reasoning_estimate_factor {value}: within one {hit} of {n}")
     else:
         print(table(rows(Path(sys.argv[1]))))
+        others = unmatched(Path(sys.argv[1]))
+        print(f"sessions where the preset compacts a different number of times: {len(others)}")
+        for folder, version, recorded, made in others:
+            print(f"  {folder} {version}: recorded {recorded}, preset {made}")
