@@ -23,7 +23,7 @@ from scripted import compactions
 from policies.claude_code.autocompact import Autocompact
 from policies.claude_code.settings import client_window, env_truthy, pct_share
 from simulator import policy
-from simulator.model import Kind, Role, Session, Trace
+from simulator.model import CompactionEvent, Kind, Role, Session, Trace
 from simulator.models import session_facts
 from simulator.replay import replay
 from traces.builder import Hasher, RecordedUsage, SessionBuilder
@@ -76,8 +76,9 @@ def _threshold(preset: str, session: Session, params: dict[str, Any] | None = No
     p = policy.build(preset, params or {}).params
     model = session.models[0]
     f = session_facts(session, model)
-    window, allowed = client_window(session, model, f.window, p)
     auto = Autocompact(p)
+    blocking = auto.limits(200_000, f.max_output).blocking
+    window, allowed = client_window(session, model, f.window, p, blocking=blocking)
     if not (auto.enabled and allowed):
         return 0
     return auto.limits(window, f.max_output).threshold
@@ -151,6 +152,26 @@ def test_a_recorded_auto_compaction_below_200k_says_the_client_computed_on_200k(
     assert _threshold("claude-code@2.1.221", s) == 967_000
 
 
+@pytest.mark.parametrize(
+    ("reached", "threshold"),
+    # Above 177,000 (200,000 - 20,000 - 3,000) without compacting: not the 200k window,
+    # where the client compacts from 167,000 or refuses to send from 177,000; up to it, an
+    # autocompact switched off on 200k could have sent it.
+    [(177_001, 967_000), (177_000, 167_000)],
+)
+def test_a_context_past_the_200k_blocking_limit_says_the_1m_window(
+    reached: int, threshold: int
+) -> None:
+    s = _session("claude-code 2.1.232", OPUS46, [100], usage=[11_000, reached])
+    assert _threshold("claude-code@2.1.221", s) == threshold
+
+
+def test_past_the_blocking_limit_a_200k_auto_compaction_still_says_200k() -> None:
+    s = _session("claude-code 2.1.232", OPUS46, [100, 100], usage=[11_000, 190_000, 60_000])
+    s.events.append(CompactionEvent(2, "auto", 166_000, -1, T0 + 2 * MINUTE))
+    assert _threshold("claude-code@2.1.221", s) == 167_000
+
+
 def _two_processes(event_at: int = 3) -> Session:
     """An Opus 5 session whose recording reached 210,100 tokens at request 1 without
     compacting (a process on the 1M window), then auto-compacted at `event_at` (preTokens
@@ -206,6 +227,56 @@ def test_no_switch_without_a_context_above_200k_or_an_auto_compaction_after_it()
     assert standard_window_from(small) == 0
 
 
+def _snapshot_session(result: int) -> Session:
+    """_recount_session's layout, but the response's usage logs output_tokens 1 (a
+    streaming snapshot) although its lines hold 2,100 tokens: the builder counts 2,100."""
+    b = SessionBuilder(Hasher(b"snapshot"), id="s", kind="main", client="claude-code 2.1.29")
+    b.prefix_tokens = 10_000
+    b.add_block(
+        msg=0, kind=Kind.TEXT, role=Role.USER, text="u".ljust(4_000, "x"), ts=T0,
+        first_request=0, tokens=1_000,
+    )  # fmt: skip
+    b.add_block(
+        msg=1, kind=Kind.TEXT, role=Role.ASSISTANT, text="a".ljust(400, "x"), ts=T0 + 1,
+        first_request=1, tokens=100, origin=0,
+    )  # fmt: skip
+    b.add_block(
+        msg=1, kind=Kind.TOOL_USE, role=Role.ASSISTANT, text="#1#".ljust(8_000, "x"),
+        ts=T0 + 2, first_request=1, tokens=2_000, origin=0, tool="Read", use_id="t1",
+    )  # fmt: skip
+    b.add_block(
+        msg=2, kind=Kind.TOOL_RESULT, role=Role.USER, text="r".ljust(4 * result, "x"),
+        ts=T0 + MINUTE, first_request=1, tokens=result, tool="Read", result_for="t1",
+    )  # fmt: skip
+    b.add_request(ts=T0, model=SONNET45, usage=RecordedUsage(11_000, 0, 0, 0, 1))
+    b.add_request(ts=T0 + MINUTE, model=SONNET45, usage=None)
+    return b.finish()
+
+
+@pytest.mark.parametrize(
+    ("preset", "params", "smallest"),
+    [
+        # 2.1.x: 11,000 + the logged 1 + R >= 167,000 from R = 155,999.
+        ("claude-code@2.1.88", {}, 155_999),
+        # The output counted from the response's lines: 11,000 + 2,100 + R from 153,900.
+        ("claude-code@2.1.88", {"autocompact.estimate_logged_output": False}, 153_900),
+        # 1.0 counts it too; its threshold is 92% of 168,000: 154,560 - 13,100 = 141,460.
+        ("claude-code@1.0", {}, 141_460),
+    ],
+)
+def test_the_trigger_adds_the_output_tokens_the_client_logged(
+    preset: str, params: dict[str, Any], smallest: int
+) -> None:
+    """policies/claude_code/autocompact.py: 2.1.29's preTokens hold the logged snapshot."""
+    session = _snapshot_session(smallest)
+    assert int(session.requests["output"][0]) == 2_100
+    assert int(session.requests["output_recorded"][0]) == 1
+    for result, fires in [(smallest, True), (smallest - 1, False)]:
+        trace = Trace("claude-code", "t", [_snapshot_session(result)])
+        frame = replay([("t", trace)], policy.build(preset, {**AUTO, **params}))
+        assert compactions(frame) == ([(1, "autocompact")] if fires else []), (result, fires)
+
+
 def _recount_session(result: int) -> Session:
     """Request 0: a 1,000-token message; its response has two lines, a 100-token text (the
     first) and a 2,000-token tool_use (8,000 characters); request 1 adds the tool's result
@@ -239,9 +310,11 @@ def _recount_session(result: int) -> Session:
 def test_2_1_2xx_counts_the_last_responses_later_lines_again(preset: str, fires: bool) -> None:
     """Estimate at request 1: 11,000 + 2,100 + the result's 153,000 = 166,100, under the
     167,000 trigger; 2.1.2xx adds the tool_use line after the response's first line
-    (8,000 / 4 = 2,000): 168,100, over it (policies/claude_code/autocompact.py)."""
+    (8,000 / 4 = 2,000): 168,100, over it (policies/claude_code/autocompact.py). Unpadded,
+    so that the recount alone decides."""
     trace = Trace("claude-code", "t", [_recount_session(153_000)])
-    frame = replay([("t", trace)], policy.build(preset, AUTO))
+    params = {**AUTO, "autocompact.estimate_padding": 1.0}
+    frame = replay([("t", trace)], policy.build(preset, params))
     assert compactions(frame) == ([(1, "autocompact")] if fires else [])
 
 
@@ -334,9 +407,35 @@ def test_pct_share() -> None:
 def test_the_replay_fires_at_the_threshold_the_settings_give(
     params: dict[str, Any], threshold: int
 ) -> None:
-    """Estimate 11,100 + R: R = threshold - 11,100 fires, one token less does not."""
+    """Unpadded, estimate 11,100 + R: R = threshold - 11,100 fires, one token less does
+    not (the 2.1.2xx padding is the next test's)."""
+    unpadded = {**params, "autocompact.estimate_padding": 1.0}
     for result, fires in [(threshold - 11_100, True), (threshold - 11_101, False)]:
-        assert _fires("claude-code@2.1.221", "c", SONNET45, result, params) is fires
+        assert _fires("claude-code@2.1.221", "c", SONNET45, result, unpadded) is fires
+
+
+@pytest.mark.parametrize(
+    ("preset", "params", "smallest"),
+    [
+        # 2.1.2xx: 11,100 + ceil(4R/3) >= 167,000 from R = 116,925 (4R/3 = 155,900 exactly;
+        # R = 116,924 gives ceil(155,898.67) = 155,899, one token short).
+        ("claude-code@2.1.221", {}, 116_925),
+        # 60%: 108,000; ceil(4R/3) >= 96,900 from R = 72,675.
+        ("claude-code@2.1.221", {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "60"}, 72_675),
+        # 2.1.88 does not pad: 11,100 + R >= 167,000 from R = 155,900.
+        ("claude-code@2.1.88", {}, 155_900),
+        # the padding is a parameter of every preset.
+        ("claude-code@2.1.88", {"autocompact.estimate_padding": 4 / 3}, 116_925),
+    ],
+)
+def test_2_1_2xx_pads_what_the_last_usage_does_not_hold(
+    preset: str, params: dict[str, Any], smallest: int
+) -> None:
+    """The last usage (11,000 + 100 output) is taken as it is; the Read result after it
+    (R tokens by length/4) is padded by 4/3 in 2.1.2xx (policies/claude_code/autocompact.py:
+    flutter-docker's 2.1.226 session fired on preTokens 166,612 and not on 166,150)."""
+    assert _fires(preset, "c", SONNET45, smallest, params)
+    assert not _fires(preset, "c", SONNET45, smallest - 1, params)
 
 
 # -- version matching ------------------------------------------------------------------------

@@ -607,6 +607,14 @@ def _files_session(gap: int = MINUTE) -> Script:
         ({"autocompact.restore_total_tokens": 15_000}, 15_000),
         ({"autocompact.restore_files": 2}, 7_000),  # a 2,000 + b 5,000
         ({"autocompact.restore_file_tokens": 1_000}, 5_000),  # five files x 1,000
+        # 2.1.2xx: a file over the cap comes back as a reference, not cut: a 2,000, b
+        # (8,000) a 50-token reference, c 4,000, d (6,000) a reference, e 1,000.
+        ({"autocompact.restore_reference_tokens": 50}, 7_100),
+        # The budget counts references too: 2,000 + 50 + 4,000 + 50 leave 400 for e.
+        (
+            {"autocompact.restore_reference_tokens": 50, "autocompact.restore_total_tokens": 6_500},
+            6_500,
+        ),
     ],
 )
 def test_after_compaction_the_recently_read_files_are_restored(

@@ -16,10 +16,36 @@ tokens that already hold them. The recorded preTokens (the same estimate, logged
 166,907 where usage plus length/4 from the first line gives 167,008, 166,623 and 166,906,
 and from the last line 166,880, 165,235 and 166,871. promptgrimoire ffc93f57 (2.1.29)
 logged 167,325 and 168,167: from the last line 167,321 and 168,167, from the first
-167,351 and 168,247, so 2.1.29 counted from the last line. The trigger itself stays
-167,000 on 200k: 390ab778 fired on 166,612 and 166,907 and did not on 166,135 and 166,150
-(requests 146 and 353), which puts its threshold in (166,150, 166,612]; no documented
-rule gives that (a server-tuned window, claude-code#86863, could), so it is not modelled.
+167,351 and 168,247, so 2.1.29 counted from the last line.
+
+The usage is the one the client held, which is the one it logged
+(`autocompact.estimate_logged_output`): 2.1.x before 2.1.92 logs each line with a streaming
+snapshot whose output_tokens is 1-8 (DESIGN.md 2), and ffc93f57's preTokens hold exactly
+that: 167,320 + 1 (+ 4) and 168,166 + 1, where the responses' own output, counted by the
+tokenizer, is 242 and 131 tokens (the replay's 168,297 at 269 against the logged
+168,167). At request 162 the counted output (514) puts the estimate at 167,037, over the
+trigger, where the client did not compact; the logged 1 gives 166,524, and the client
+compacted on the next request. 1.0.53 logs no preTokens and its threshold was read with
+the counted output (policies/calibration/README.md), so claude-code@1.0 keeps that.
+
+2.1.2xx also pads what the last usage does not hold (`autocompact.estimate_padding`, 4/3
+in claude-code@2.1.221): the trigger compares usage + output + ceil(4/3 x length/4 of the
+messages after the response's first line) with the 167,000 threshold, while the logged
+preTokens is the same sum unpadded. 390ab778 fired at requests 147, 244 and 354 (preTokens
+167,009, 166,612, 166,907) and did not at 146 and 353, whose unpadded estimates are
+166,135 and 166,150; unpadded, 167,000 misses 244 (166,611) and 354 (166,906). With usage
++ output of 166,759, 165,174, 166,256, 165,445, 166,083 and the newer part 249, 1,437,
+650, 690, 67 (in that order), a factor f fits all five decisions exactly when
+1.2707 <= f < 2.2536; 4/3 gives 167,091, 167,090 and 167,123 (fire) and 166,365 and
+166,173 (no fire). 4/3 is not fitted: it is the client's own conservative padding of
+estimated messages (2.1.88 pads microcompact's estimate by 4/3; the reading of the
+client's tokens code in manavgup.github.io/shipai, "Context & Autocompact", describes the
+threshold check's estimate of messages since the last usage as length/4 with 4/3
+padding). The other reading, an undocumented threshold in (166,150, 166,612] (a
+server-tuned window, claude-code#86863, says the default window can change without a
+release), would need a constant read off this one session. Only flutter-docker holds
+2.1.2xx auto-compactions, so the rule is in-sample there; the older presets are not
+padded, as nothing recorded before 2.1.200 asks for it.
 
 Compaction: session-memory compaction first when enabled (keep a tail of at least 10,000
 tokens and 5 text messages, at most 40,000; the session memory replaces the rest), else a
@@ -36,6 +62,23 @@ the measured rest (policies/calibration/README.md: 1.0.53's restores are this ru
 a few hundred tokens in four of six compactions). 2.1.2xx keeps the newest API-round
 group verbatim after the summary (`autocompact.preserve_tail_groups`) and does not attach
 the first message again (preset claude-code@2.1.221).
+
+What 2.1.2xx attaches after a compaction, as flutter-docker 390ab778 (2.1.226, Opus 5)
+logs it in attachment lines after each compact_boundary: up to 5 `file` attachments with
+the file's whole content, re-read from disk (android.Dockerfile: read 50 of its 237
+lines, attached whole); a file too big for the 5,000-token cap is not cut but named by a
+`compact_file_reference` (the four references, build.yml, research.md, update-version.yml
+and a 419-line design.md, are files last read in part whose line counts put them above
+5,000 tokens; the 19 attached files are all below it), `autocompact.restore_reference_tokens`;
+`invoked_skills` (1.6k-4.8k tokens by length/4, growing with each compaction),
+`deferred_tools_delta`, `agent_listing_delta` and `mcp_instructions_delta` (the same
+17.5k characters, about 4.4k tokens, after each of the last three: the tool, agent and MCP
+announcements sent again) and hook output. The reference rule is off in the preset: alone
+it takes 94's context after from +15% to -1% of the recording but 147 and 354 to -14%,
+because two other parts are still missing: the re-sent announcements and skills above,
+and Opus 5's summaries, 5.9k-7.1k tokens (raw count x 1.207) against the fit's median of
+2,915 (1.0.53 and 2.1.29; 2.1.232 Opus 4.6 in entirecontext: 2.3k-2.7k), a model effect
+that only flutter-docker holds and that cannot be fitted leave-one-source-out.
 """
 
 from __future__ import annotations
@@ -144,6 +187,8 @@ class Autocompact:
         self.restore_files = int(p["autocompact.restore_files"])
         self.restore_file_tokens = int(p["autocompact.restore_file_tokens"])
         self.restore_total = int(p["autocompact.restore_total_tokens"])
+        reference = p["autocompact.restore_reference_tokens"]
+        self.reference_tokens = None if reference is None else int(reference)
         self.skills_tokens = int(p["autocompact.skills_tokens"])
         self.extra_tokens = int(p["autocompact.restore_extra_tokens"])
         self.reattach_first_message = bool(p["autocompact.reattach_first_message"])
@@ -309,13 +354,18 @@ class Autocompact:
     def _restored(self, conv: Conversation) -> list[int]:
         """Sizes of the files re-attached after compaction: the most recently touched
         files (read, written or edited), each at its last observed whole size, capped per
-        file and in total. A file whose size was never observed is re-read from disk by
-        the client; here it counts what its last Read result showed, else nothing."""
+        file and in total, or (2.1.2xx, `autocompact.restore_reference_tokens`) a file
+        over the per-file cap comes back as a reference naming it. A file whose size was
+        never observed is re-read from disk by the client; here it counts what its last
+        Read result showed, else nothing."""
         recent = recent_files(conv, self.restore_files)
         sizes: list[int] = []
         budget = self.restore_total
         for tokens in recent:
-            size = min(tokens, self.restore_file_tokens, budget)
+            if self.reference_tokens is not None and tokens > self.restore_file_tokens:
+                size = min(self.reference_tokens, budget)
+            else:
+                size = min(tokens, self.restore_file_tokens, budget)
             if size <= 0:
                 continue
             sizes.append(size)

@@ -298,6 +298,11 @@ PARAMS: dict[str, Param] = {
         "most tokens all re-attached files may take",
         "Claude Code 2.1.88: 50,000 in all (DESIGN.md 4, stage 4)",
     ),
+    "autocompact.restore_reference_tokens": tokens(
+        "a file over the per-file cap comes back as a reference of this size; null: cut to it",
+        "null: 1.0.53 cut files (calibration README); 2.1.2xx references (autocompact.py)",
+        optional=True,
+    ),
     "autocompact.restore_extra_tokens": tokens(
         "what the recordings show after a compaction beyond the file rule",
         "the median measured (BEYOND_FILE_RULE, policies/calibration/README.md)",
@@ -309,6 +314,17 @@ PARAMS: dict[str, Param] = {
     "autocompact.estimate_recounts_response": flag(
         "the trigger's estimate counts the last response's blocks after its first line again",
         "2.1.226 preTokens (flutter-docker 390ab778, 3 of 3); 2.1.29 did not (autocompact.py)",
+    ),
+    "autocompact.estimate_padding": fraction(
+        "the trigger's estimate of what the last usage does not hold is multiplied by this",
+        "2.1.2xx: 4/3 (flutter-docker 390ab778, 5 of 5 decisions; autocompact.py); else 1",
+        high=4.0,
+        open_low=True,
+        unit="factor",
+    ),
+    "autocompact.estimate_logged_output": flag(
+        "the trigger adds the last usage's output_tokens as logged, a snapshot in some clients",
+        "2.1.29 preTokens = input + logged output (promptgrimoire, 2 of 2); 1.0: off (policy.py)",
     ),
     "autocompact.preserve_tail_groups": count(
         "newest API-round groups kept verbatim after the summary (a full compaction's)",

@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+import numpy as np
+
 from policies.base import ConversationSession, ttl_ms
 from policies.calibration.summary import BEYOND_FILE_RULE, compaction_output_tokens
 from policies.claude_code.autocompact import Autocompact, Limits
@@ -41,6 +43,7 @@ from policies.claude_code.params import PARAMS
 from policies.claude_code.recorded import recorded_compactions
 from policies.claude_code.settings import client_window, env_truthy, standard_window_from
 from policies.claude_code.snip import Snip
+from simulator.models import STANDARD_WINDOW
 from simulator.params import Declarations
 from simulator.policy import (
     Call,
@@ -112,10 +115,13 @@ BASE: dict[str, Any] = {
     "autocompact.restore_files": 5,
     "autocompact.restore_file_tokens": 5_000,
     "autocompact.restore_total_tokens": 50_000,
+    "autocompact.restore_reference_tokens": None,  # None: an oversize file is cut to the cap
     "autocompact.restore_extra_tokens": BEYOND_FILE_RULE,
     "autocompact.reattach_first_message": True,
     "autocompact.preserve_tail_groups": 0,  # newest API-round groups kept verbatim (2.1.2xx)
     "autocompact.estimate_recounts_response": False,  # 2.1.2xx: see autocompact.py
+    "autocompact.estimate_padding": 1.0,  # 2.1.2xx: 4/3 on what the usage does not hold
+    "autocompact.estimate_logged_output": True,  # the usage's output_tokens as logged
     "autocompact.as_recorded_before": None,  # request: recorded compactions before it replayed
     "autocompact.skills_tokens": 0,
     "autocompact.session_memory.enabled": False,
@@ -159,7 +165,8 @@ class _State(ConversationSession):
         self.collapse = Collapse(p)
         self.auto = Autocompact(p)
         model = ctx.models[0] if ctx.models else ""
-        window, allowed = client_window(ctx.session, model, ctx.facts.window, p)
+        blocking = self.auto.limits(STANDARD_WINDOW, ctx.facts.max_output).blocking
+        window, allowed = client_window(ctx.session, model, ctx.facts.window, p, blocking=blocking)
         self.auto.enabled = self.auto.enabled and allowed
         self.limits_: Limits = self.auto.limits(window, ctx.facts.max_output)
         #: Before this request another client process sent the recording, on its own
@@ -174,6 +181,13 @@ class _State(ConversationSession):
         self._next = 0  # the request the engine asks `limits` for (it asks before `step`)
         self._current = self.limits_
         self.recounts_response = bool(p["autocompact.estimate_recounts_response"])
+        self.padding = float(p["autocompact.estimate_padding"])
+        #: Per request, the output tokens the trigger adds (the logged ones where the
+        #: request has usage, else -1: the policy's own count), or None: its own count.
+        self.logged_output: np.ndarray[Any, np.dtype[np.int64]] | None = None
+        if p["autocompact.estimate_logged_output"]:
+            r = ctx.session.requests
+            self.logged_output = np.where(r["has_usage"], r["output_recorded"], -1)
         self.compact_off = env_truthy(p["DISABLE_COMPACT"])
         self.call_ttl = str(p["autocompact.call_ttl"])
         self._marks_of: list[int] = []
@@ -186,14 +200,25 @@ class _State(ConversationSession):
     def estimate(self, k: int) -> int:
         """The trigger's estimate (policies/base.py); from 2.1.2xx plus length/4 of the
         last response's blocks after its first line (autocompact.py: the client's
-        walk back to the response's first line counts its later lines again)."""
+        walk back to the response's first line counts its later lines again), and the
+        part the last usage does not hold padded by `autocompact.estimate_padding`
+        (autocompact.py: 4/3 in 2.1.2xx)."""
         estimate = super().estimate(k)
-        if not self.recounts_response or self.last_total is None:
+        if self.last_total is None:
             return estimate
-        conv = self.conv
-        origin = conv.origin
-        again = [key for key in self.since_last if key >= 0 and origin[key] == k - 1]
-        return estimate + sum(conv.estimate_chars(key) // 4 for key in again[1:])
+        known = self.last_total + self.last_output
+        if self.logged_output is not None and self.logged_output[k - 1] >= 0:
+            # The usage as the client held it: a streaming snapshot's output_tokens.
+            estimate += int(self.logged_output[k - 1]) - self.last_output
+            known = self.last_total + int(self.logged_output[k - 1])
+        if self.recounts_response:
+            conv = self.conv
+            origin = conv.origin
+            again = [key for key in self.since_last if key >= 0 and origin[key] == k - 1]
+            estimate += sum(conv.estimate_chars(key) // 4 for key in again[1:])
+        if self.padding == 1.0:
+            return estimate
+        return known + math.ceil((estimate - known) * self.padding)
 
     def limits(self) -> StatedLimits:
         """Where this session compacts and blocks: collapse's commit and blocking points
@@ -396,6 +421,7 @@ class ClaudeCode10(ClaudeCode):
         "autocompact.threshold_fraction": 0.92,
         "autocompact.analysis_stripped": False,
         "autocompact.reattach_first_message": False,
+        "autocompact.estimate_logged_output": False,
     }
 
 
@@ -450,7 +476,10 @@ class ClaudeCode21221(ClaudeCode):
     (flutter-docker's two 2.1.232 /compact: 58,061 and 65,611) is the kept prefix (42,855,
     first message included) plus postTokens (12,324 and 13,415) and a few thousand
     tokens, no room for a second copy of its 17.7k first message; the replay lands within
-    1% of both without it, 27-31% over with it (policies/calibration/README.md)."""
+    1% of both without it, 27-31% over with it (policies/calibration/README.md). The
+    trigger's estimate counts the last response's later lines again and pads what the
+    last usage does not hold by 4/3 (autocompact.py: 390ab778 fired at 166,612 and
+    166,907 by its logged, unpadded preTokens and not at 166,150)."""
 
     name = "claude-code@2.1.221"
     version = "2.1.221"
@@ -464,6 +493,7 @@ class ClaudeCode21221(ClaudeCode):
         "autocompact.reattach_first_message": False,
         "autocompact.preserve_tail_groups": 1,
         "autocompact.estimate_recounts_response": True,
+        "autocompact.estimate_padding": 4 / 3,
     }
 
 

@@ -24,6 +24,16 @@ one Opus 5 session (2.1.226) reached 204,665 tokens and then auto-compacted thre
 166.6k-167.0k (200,000 - 20,000 - 13,000): its API window was 1M, its autocompact window
 200k. `window_1m` true/false overrides both readings.
 
+A context between the standard window's blocking limit and 200,000 says the larger window
+too (`sent_past_blocking`): on 200k the client compacts from 167,000 or, with autocompact
+off, refuses to send from 177,000 (effective window - 3,000, the blocking check of the
+2.1.88 query loop, DESIGN.md 4). ../shared/traces/claude-code/entirecontext f70db4c5
+(2.1.232, Opus 4.6 without `[1m]` in its model string) sent up to 190,683 tokens and never
+compacted; read as 200k, the replay compacted it at request 69 where the client did not.
+Only the 1M-capable models are read so, and the preset's own blocking limit is used; a
+client whose estimate ran under the recorded input could pass it by that much
+(flutter-docker 390ab778's request 146: estimate 166,135, input 166,408).
+
 One window per client process, not per session (`standard_window_from`): the autocompact
 window is what the process read at start (the model's default window "can be tuned on our
 side without a Claude Code release", claude-code#86863), and a recording can span
@@ -96,6 +106,16 @@ def recorded_auto_below(session: Session, window: int) -> bool:
     return False
 
 
+def sent_past_blocking(session: Session, blocking: int) -> bool:
+    """Whether the recording sent a context above `blocking` (the standard window's
+    blocking limit) with no auto-compaction below the standard window: on that window
+    the client compacts from the threshold or, autocompact off, refuses to send from the
+    blocking limit (effective - 3,000, 177,000 on 200k), so it ran on the larger one."""
+    if not session.n_requests or recorded_auto_below(session, STANDARD_WINDOW):
+        return False
+    return bool((session.recorded_context() > blocking).any())
+
+
 def standard_window_from(session: Session) -> int:
     """The first request computed on the standard window after a longer one (see the module
     docstring), or 0 when the recording shows no such change: the first auto-compaction
@@ -121,12 +141,14 @@ def client_window(
     p: dict[str, Any],
     *,
     as_sent: bool = False,
+    blocking: int | None = None,
 ) -> tuple[int, bool]:
     """(autocompact window, whether autocompact may run on it) for a session whose model
     runs on `window` tokens (simulator/models.py `session_facts`); see the module
     docstring for each step. `as_sent`: the window of the requests before
     `standard_window_from`, which the recorded auto-compactions below 200,000 do not
-    describe."""
+    describe. `blocking`: the blocking limit the preset computes on the standard window
+    (`sent_past_blocking`)."""
     one_m = p["window_1m"]
     own = facts(model)
     if one_m is True:
@@ -135,6 +157,12 @@ def client_window(
         window = min(own.window, STANDARD_WINDOW)
     elif not as_sent and window > STANDARD_WINDOW and recorded_auto_below(session, STANDARD_WINDOW):
         window = STANDARD_WINDOW
+    elif (
+        blocking is not None
+        and window <= STANDARD_WINDOW < own.largest_window
+        and sent_past_blocking(session, blocking)
+    ):
+        window = own.largest_window
     for pattern, size in (p["autocompact.model_windows"] or {}).items():
         if size is not None and _matches(pattern, model):
             window = min(window, int(size))
