@@ -149,8 +149,14 @@ class ConversationSession(SessionPolicy):
     def on_enter(self, blocks: list[int]) -> None:
         """Hook: decide about blocks before they join the conversation (default: none)."""
 
-    def transform(self, k: int, out: Emitter) -> None:
-        """Hook: the policy's rule, applied before request k is sent (default: none)."""
+    def transform(self, k: int, out: Emitter) -> dict[str, bool] | None:
+        """Hook: the policy's rule, applied before request k is sent (default: none); may
+        return flags for the request's row (e.g. a breaker trip)."""
+
+    def blocking_limit(self) -> int:
+        """The view above which request k is an overflow (default: the model's window; a
+        policy whose client refuses to send earlier states its own)."""
+        return self.window
 
     def estimate(self, k: int) -> int:
         """The harness-side token estimate most agents use: the last request's usage
@@ -167,11 +173,16 @@ class ConversationSession(SessionPolicy):
         return self.last_total + self.last_output + newer
 
     def step(self, k: int, out: Emitter) -> None:
+        """The one step every conversation policy takes: bring the conversation up to
+        request k, warm the shared prefix, apply the policy's rule, send the view (an
+        overflow above the blocking limit)."""
         self.sync(k)
         self.warm_once(out, k)
-        self.transform(k, out)
+        flags = self.transform(k, out) or {}
         view = self.conv.sync()
-        self.send(k, out, view, {"overflow": True} if view.total > self.window else {})
+        if view.total > self.blocking_limit():
+            flags["overflow"] = True
+        self.send(k, out, view, flags)
 
     def warm_once(self, out: Emitter, k: int) -> None:
         """Before the first request: the shared prefix is cached as the recording found it.

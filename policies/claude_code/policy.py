@@ -260,11 +260,12 @@ class _State(ConversationSession):
             marks = self._marks_by_ttl[ttl] = [Breakpoint(p, ttl) for p in self._marks_of]
         return marks
 
-    def step(self, k: int, out: Emitter) -> None:
+    def transform(self, k: int, out: Emitter) -> dict[str, bool]:
+        """The five stages before request k (the shared step, policies/base.py, syncs,
+        warms and sends): snip and microcompact trim, then the recording's own compaction,
+        collapse, or autocompact when due."""
         conv = self.conv
-        self.sync(k)
         ttl = self.ttl(k)
-        self.warm_once(out, k)
         limits = self._current = self._limits_at(k)
         estimate = self.estimate(k)
         estimate -= self.snip.run(conv, estimate, limits.effective)
@@ -299,11 +300,12 @@ class _State(ConversationSession):
                 flags.update(self._compact(out, ttl))
                 if self.auto.thrashing(k):
                     flags["breaker_trip"] = True
-        view = conv.sync()
-        if view.total > limits.blocking:
-            flags["overflow"] = True
-        self.send(k, out, view, flags)
         self._next = k + 1
+        return flags
+
+    def blocking_limit(self) -> int:
+        """The client's blocking limit for this request (`_limits_at`), not the window."""
+        return self._current.blocking
 
     def _compact(
         self,
