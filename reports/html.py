@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -29,6 +29,9 @@ from simulator.frames import (
     policy_summary,
     versus_recorded,
 )
+
+if TYPE_CHECKING:
+    from reports.charts import ChartPool
 
 __all__ = ["CHARTS_DIR", "CHARTS_INDEX", "REPORT_FILE", "ReportError", "build_report"]
 #: Sessions that get a chart of their own (the most eventful, then the longest).
@@ -489,13 +492,16 @@ def build_report(
     *,
     session_limit: int = SESSION_CHARTS,
     progress: Callable[[list[tuple[str, int]]], Iterable[tuple[str, int]]] | None = None,
+    pool: ChartPool | None = None,
 ) -> dict[str, bytes]:
     """report.html and every chart of a run directory, by path relative to it.
 
     Reads only the run's files. `progress` wraps the list of sessions to chart (the slow
-    part), so a caller can show a bar.
+    part), so a caller can show a bar. With `pool` (reports/charts.py ChartPool: workers
+    started before the run's replay), its workers draw every chart and this process does
+    not import matplotlib.
     """
-    from reports import charts  # matplotlib: only when drawing
+    from reports import charts
 
     requests, sessions, manifest = read_run(run_dir)
     if requests.is_empty():
@@ -504,8 +510,8 @@ def build_report(
     keys = charts.session_keys(requests, session_limit)
     # One call for every session chart, before the run's charts are drawn: with many,
     # worker processes start on them meanwhile (reports/charts.py session_charts).
-    drawn = charts.session_charts(requests, manifest, keys)
-    per_run = charts.run_charts(requests)
+    drawn = charts.session_charts(requests, manifest, keys, pool=pool)
+    per_run = charts.run_charts(requests, pool=pool)
     for name, data in per_run.items():
         files[f"{CHARTS_DIR}/{name}"] = data
     chosen = progress(keys) if progress is not None else keys

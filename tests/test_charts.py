@@ -177,6 +177,16 @@ def test_labels_and_file_names() -> None:
         "12k",
         "1M",
     ]
+    # A round tick is never rounded onto its neighbour's label (12.5k is not "12k").
+    ticks = (12_500, 17_500, 20_000, 1_250_000, 1_200_000, 2_500_000)
+    assert [charts.tokens_label(v) for v in ticks] == [
+        "12.5k",
+        "17.5k",
+        "20k",
+        "1.25M",
+        "1.2M",
+        "2.5M",
+    ]
     assert charts.session_file("a/b c:d", 3) == "sessions/a_b_c_d.3.png"
     specs = [("p", "aaaaaaaaaaaa"), ("p", "bbbbbbbbbbbb"), ("q", "cccccccccccc")]
     assert charts.spec_labels(specs) == {
@@ -214,14 +224,16 @@ def _laid_out_figure() -> Any:
 
 def test_one_draw_gives_the_pixels_of_savefig() -> None:
     """png_bytes draws once (the layout inside that draw); savefig draws twice with a
-    layout engine. Same bytes."""
+    layout engine. Same pixels (png_bytes writes them as RGB, savefig as RGBA)."""
     import io
 
     fig = _laid_out_figure()
     buf = io.BytesIO()
     with charts._style():
         fig.savefig(buf, format="png", metadata={"Software": None})
-    assert charts.png_bytes(_laid_out_figure()) == buf.getvalue()
+    saved = _pixels(buf.getvalue())
+    assert saved.shape[-1] == 4 and (saved[..., 3] == 1.0).all()  # opaque: RGB loses nothing
+    assert np.array_equal(_pixels(charts.png_bytes(_laid_out_figure())), saved[..., :3])
 
 
 def test_chart_workers_only_for_many_charts() -> None:
@@ -255,3 +267,114 @@ def test_charts_drawn_by_workers_are_the_bytes_drawn_here(
     with ProcessPoolExecutor(1, mp_context=context) as pool:
         drawn = pool.submit(charts._session_png, rows, manifest).result()
     assert drawn == serial[0][1]
+
+
+def _blank_border(png: bytes, width: int) -> bool:
+    """Whether the outer `width` pixels of the chart are all white: no text, legend or
+    tick label was pushed off (or to) the figure's edge."""
+    image = _pixels(png)[..., :3]
+    border = np.concatenate(
+        [
+            image[:width].reshape(-1, 3),
+            image[-width:].reshape(-1, 3),
+            image[:, :width].reshape(-1, 3),
+            image[:, -width:].reshape(-1, 3),
+        ]
+    )
+    return bool((border > 0.99).all())
+
+
+def _content_box(png: bytes) -> tuple[int, int, int, int]:
+    """Left, top, right, bottom of the non-white pixels."""
+    ink = (_pixels(png)[..., :3] < 0.95).any(axis=-1)
+    rows, cols = np.nonzero(ink.any(axis=1))[0], np.nonzero(ink.any(axis=0))[0]
+    return int(cols[0]), int(rows[0]), int(cols[-1]), int(rows[-1])
+
+
+def test_the_fixed_layout_keeps_every_text_inside_the_figure() -> None:
+    """The run and session charts are laid out from their measured texts, with no layout
+    engine: long spec names (the y tick labels of the run charts), six specs' key entries
+    (in two columns where they are many) and a two-line title stay inside the figure,
+    and the chart fills it (its content comes within 30 pixels of every edge: no room is
+    left unused)."""
+    rows = []
+    for i in range(6):
+        frame = replayed([TRACES[1]], Toy())
+        rows.append(
+            frame.with_columns(
+                pl.lit(f"a-variant-with-a-rather-long-name-{i}").alias("policy"),
+                pl.lit(f"{i:012d}").alias("params_hash"),
+            )
+        )
+    requests = pl.concat(rows)
+    drawn = charts.run_charts(requests)
+    keys = charts.session_keys(requests, 1)
+    drawn |= dict(charts.session_charts(requests, {"policies": []}, keys))
+    # Three limits per spec: a key of 25 entries, in two columns, widens the figure.
+    limits = {"a.threshold": 0.002, "a.blocking_limit": 0.003, "b.threshold": 0.004}
+    manifest = {
+        "policies": [
+            {"name": f"a-variant-with-a-rather-long-name-{i}", "params_hash": f"{i:012d}"}
+            | {"params": {k: v * (i + 1) for k, v in limits.items()}}
+            for i in range(6)
+        ]
+    }
+    ((_, wide),) = charts.session_charts(requests, manifest, keys)
+    assert _pixels(wide).shape[1] > _pixels(drawn["sessions/b.0.png"]).shape[1] == 1000
+    drawn["wide"] = wide
+    # The next chart on the shared figure has its own size again.
+    assert dict(charts.session_charts(requests, {"policies": []}, keys)) == {
+        "sessions/b.0.png": drawn["sessions/b.0.png"]
+    }
+    assert len(drawn) == 6
+    for name, png in drawn.items():
+        assert _blank_border(png, 3), name
+        left, top, right, bottom = _content_box(png)
+        height, width = _pixels(png).shape[:2]
+        assert left <= 30 and top <= 30, (name, left, top)
+        assert right >= width - 30 and bottom >= height - 30, (name, right, bottom, width)
+
+
+def test_a_session_chart_drawn_after_others_has_the_bytes_of_one_drawn_first(
+    run: tuple[pl.DataFrame, dict[str, Any]],
+) -> None:
+    """Session charts share one figure per process (`_session_axes`): what a chart leaves
+    (its lines, markers, legend, limits) never shows in the next one."""
+    requests, manifest = run
+    (a,), (b,) = ([k] for k in charts.session_keys(requests, 2))
+    first = dict(charts.session_charts(requests, manifest, [a]))
+    charts._SESSION_AXES.clear()  # as a fresh process would
+    fresh = dict(charts.session_charts(requests, manifest, [a]))
+    dict(charts.session_charts(requests, manifest, [b, a, b]))
+    after = dict(charts.session_charts(requests, manifest, [b, a]))
+    assert first == fresh
+    name = charts.session_file(*a)
+    assert after[name] == fresh[name]
+    assert after[charts.session_file(*b)] != fresh[name]
+
+
+def test_a_chart_pool_draws_the_bytes_drawn_here(
+    run: tuple[pl.DataFrame, dict[str, Any]],
+) -> None:
+    """Workers started before the rows exist (`ctxsim run` starts them before its replay)
+    draw the run and session charts, the same bytes; with its workers gone, the charts
+    are drawn here."""
+    requests, manifest = run
+    keys = charts.session_keys(requests, 12)
+    here = charts.run_charts(requests) | dict(charts.session_charts(requests, manifest, keys))
+    with charts.ChartPool(workers=2) as pool:
+        drawn = dict(charts.session_charts(requests, manifest, keys, pool=pool))
+        drawn |= charts.run_charts(requests, pool=pool)
+    assert drawn == here
+    closed = charts.ChartPool(workers=1)
+    closed.close()
+    again = charts.run_charts(requests, pool=closed)
+    again |= dict(charts.session_charts(requests, manifest, keys, pool=closed))
+    assert again == here
+
+
+def test_a_pool_only_for_a_report_with_enough_charts() -> None:
+    few = charts.POOL_MIN_CHARTS - len(charts.RUN_CHARTS) - 1
+    assert not charts.pool_pays(sessions=few, session_limit=12)
+    assert charts.pool_pays(sessions=few + 1, session_limit=12)
+    assert not charts.pool_pays(sessions=500, session_limit=few)

@@ -245,3 +245,33 @@ def test_the_session_table_is_pivoted_by_policy_and_the_header_dates_the_prices(
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert "9999" not in html.split("</p>", 1)[0].split('class="facts"')[1]
     assert f"its newest rates (the latest dated change: {manifest['prices_date']})" in html
+
+
+def test_run_draws_the_same_report_with_chart_workers_started_before_its_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ctxsim run` starts chart workers before its replay when the report has enough
+    charts (reports/charts.py pool_pays); the files are the bytes drawn without them."""
+    monkeypatch.setitem(registry._REGISTRY, Toy.name, Toy)
+    src = tmp_path / "traces"
+    src.mkdir()
+    for name, trace in TRACES:
+        compiled.write(trace, src / f"{name}.ctxt")
+    started: list[int] = []
+    real = charts.ChartPool.__init__
+
+    def counted(self: charts.ChartPool, workers: int = 0) -> None:
+        started.append(workers)
+        real(self, workers)
+
+    monkeypatch.setattr(charts.ChartPool, "__init__", counted)
+    drawn = {}
+    for minimum in (100, 1):
+        monkeypatch.setattr(charts, "POOL_MIN_CHARTS", minimum)
+        out = tmp_path / f"out-{minimum}"
+        result = ctxsim("run", src, "--policy", "as-recorded", "--policy", "toy", "--out", out)
+        assert result.exit_code == 0, result.output
+        drawn[minimum] = _files(out)
+    assert started == [0]  # only the run whose report reached the minimum had workers
+    assert drawn[1] == drawn[100]
+    assert len([n for n in drawn[1] if n.endswith(".png")]) == 6

@@ -674,12 +674,13 @@ def run(
     tally = _tally()
     reading = Reading.of(src, filters)
     named = _named_traces(src, lenient, no_cache, jobs, tally, reading)
+    pool = None if no_report else _chart_pool(named, session_charts)
     settings = service.RunSettings(seed=seed, cache=cache, lenient=lenient, refetch=refetch)
     outputs = service.run(
         named, policies, settings, progress=lambda units: _progress(units, "replaying")
     )
     draw = not no_report and outputs.requests.height  # nothing to draw without a request
-    names = write_run(outputs, out, _drawing(session_charts) if draw else None)
+    names = write_run(outputs, out, _drawing(session_charts, pool) if draw else None)
     written = list(outputs.files)
     if draw:
         charts = sum(name.endswith(".png") for name in names)
@@ -695,8 +696,20 @@ def run(
     _said(reading, tally)
 
 
-def _drawing(session_charts: int) -> Any:
-    """Draws the charts and report.html of a (staged) run directory from its files."""
+def _chart_pool(named: Sequence[tuple[str, Any]], session_charts: int) -> Any:
+    """Chart workers started before the replay, so they are ready when the rows are
+    (reports/charts.py ChartPool); None for a report too small to pay for them. Closed
+    with the command."""
+    from reports.charts import ChartPool, pool_pays
+
+    if not pool_pays(sum(len(trace.sessions) for _, trace in named), session_charts):
+        return None
+    return click.get_current_context().with_resource(ChartPool())
+
+
+def _drawing(session_charts: int, pool: Any = None) -> Any:
+    """Draws the charts and report.html of a (staged) run directory from its files (the
+    charts by `pool`'s workers where there is one)."""
     from reports.html import ReportError, build_report
 
     def bar(keys: list[tuple[str, int]]) -> Iterator[tuple[str, int]]:
@@ -704,7 +717,7 @@ def _drawing(session_charts: int) -> Any:
 
     def draw(run_dir: Path) -> dict[str, bytes]:
         try:
-            return build_report(run_dir, session_limit=session_charts, progress=bar)
+            return build_report(run_dir, session_limit=session_charts, progress=bar, pool=pool)
         except ReportError as exc:
             _fail(str(exc))
 
