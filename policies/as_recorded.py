@@ -15,11 +15,11 @@ from typing import ClassVar
 import numpy as np
 
 from policies.base import KEPT_WARM_MS, PREFIX_RESETS, WARM_START
-from simulator.model import NEVER, Flag
+from simulator.model import NEVER, Flag, Kind
 from simulator.params import Declarations
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.prefix import PrefixState, infer
-from simulator.view import Breakpoint, View
+from simulator.view import ANTHROPIC_LOOKBACK, MAX_BREAKPOINTS, Breakpoint, View
 
 
 class _State(SessionPolicy):
@@ -43,6 +43,10 @@ class _State(SessionPolicy):
         self.marks_by_ttl: dict[int, list[Breakpoint]] = {}
         #: One Call reused for every request: the engine reads it at once, keeps nothing.
         self.call = Call("request", "", [], 0)
+        self.roles: list[int] = blocks["role"].tolist()
+        self.kinds: list[int] = blocks["kind"].tolist()
+        #: The block the previous request's message marker was on (-1: none yet).
+        self.last_mark = -1
 
     def _sync(self, k: int) -> None:
         if self.prefix.reset(k):  # the client changed its unlogged context: re-chain
@@ -105,6 +109,40 @@ class _State(SessionPolicy):
                 j = self.marks[-1]  # no marker of its own: the prefix's marks alone
         return j
 
+    def _previous_message_mark(self, view: View, mark: int) -> int:
+        """Where the marker on the message before the last one goes, or -1 where it changes
+        nothing this request reads. Claude Code marks the last two messages of a request
+        (`addCacheBreakpoints`: `index > messages.length - 3`, on the last block of each,
+        never on a thinking block; in the 1.0.x and 2.0.x sources), so a turn that adds more
+        blocks than the lookback (simulator/prompt_cache.py) still reads the previous
+        request's entry through the assistant message's marker. In ../shared/traces/
+        claude-code: m-claude 3cfce0ff request 22 (2.0.x: thinking, 10 tool uses, 10
+        results: 21 blocks) read the whole previous context, 65,114 of 65,126, and
+        promptgrimoire request 229 (2.1.29) read the prompt 24 blocks back, exactly 20
+        before its assistant message's last block; a lookback that skipped empty blocks
+        would explain 3cfce0ff alone (4 of its 21 are empty results), not 229 (one). The
+        two other turns of more than 20 blocks within the TTL (git-sync f82fa48e request 9,
+        35 blocks; wakil 544fe3a7 request 13, 26) missed, as this rule has them miss too.
+        The marker is placed only where the final one's lookback misses the previous
+        request's final marker, or the view was just re-chained onto an older thinking
+        mode's entries (`PrefixState.restored`): the prefix layout infers up to 3 markers
+        (simulator/prefix.py) where the client's system prompt had at most 2, and 4 is the
+        API's limit, so there the smallest prefix marker gives way; elsewhere the marker
+        would only write what the final one writes too."""
+        ids = view.ids
+        last = self.pos.get(self.last_mark, -1)
+        if not self.prefix.restored and (last < 0 or mark - last <= ANTHROPIC_LOOKBACK):
+            return -1
+        roles, kinds = self.roles, self.kinds
+        end = len(ids) - 1
+        q = end
+        role = roles[ids[q]]
+        while q >= self.n_prefix and roles[ids[q]] == role:
+            q -= 1
+        if q < self.n_prefix or q >= mark or kinds[ids[q]] == Kind.THINKING:
+            return -1
+        return q
+
     def step(self, k: int, out: Emitter) -> None:
         self._sync(k)
         ttl = self.ctx.recorded_ttl[k]
@@ -121,8 +159,15 @@ class _State(SessionPolicy):
         prefix_marks = self.marks_by_ttl.get(ttl)
         if prefix_marks is None:
             prefix_marks = self.marks_by_ttl[ttl] = [Breakpoint(p, ttl) for p in self.marks]
+        mark = self._message_mark(k, view)
+        before = self._previous_message_mark(view, mark)
         call = self.call
-        call.breakpoints = [*prefix_marks, Breakpoint(self._message_mark(k, view), ttl)]
+        if before < 0:
+            call.breakpoints = [*prefix_marks, Breakpoint(mark, ttl)]
+        else:
+            kept = prefix_marks[-(MAX_BREAKPOINTS - 2) :] if MAX_BREAKPOINTS > 2 else []
+            call.breakpoints = [*kept, Breakpoint(before, ttl), Breakpoint(mark, ttl)]
+        self.last_mark = view.ids[mark]
         call.output_tokens = self.ctx.output[k]
         call.flags = {"overflow": True} if view.total > self.ctx.facts.window else {}
         out.call(view, call)

@@ -1,16 +1,23 @@
 """Loss proxies: what a policy's view no longer holds (reports/METRICS.md, "Loss proxies").
 
 Cost is in the request rows; what a policy *loses* needs per-call facts about the view
-(which history blocks it still sends verbatim) that the replay engine does not emit as
-columns yet. Until it does, `replay_with_loss` runs the ordinary replay with an observer
-(simulator/replay.py `Observer`): the engine hands it every call as it prices it, so it
-sees exactly the view priced, in the order the engine writes its rows. One replay, no copy
-of the engine's loop. Each observed call is checked against its row (same view size), so a
-mismatch fails loudly instead of skewing a metric. These are per-row facts only: session
-and run figures are polars aggregations of the columns (simulator/frames.py), never a
-second bookkeeping.
+(which history blocks it still sends verbatim). The replay engine computes them as it
+prices each call (simulator/replay.py, `replay(..., loss=True)`): one `SessionLoss` per
+replayed session sees exactly the view priced, in the order the engine writes its rows,
+and the engine puts its facts on the same row. One replay, one row, no second bookkeeping:
+session and run figures are polars aggregations of the columns (simulator/frames.py).
 
-The columns (simulator/frames.py LOSS_SCHEMA), for the view of one call made for request k:
+Incremental: views are append-mostly (a request adds its new blocks; a compaction rewrites
+from a point), and the hash chain and the cumulative token counts say where a view departs
+from the one before (a cache_edits deletion keeps the hash but lowers the counts, so both
+are compared). The tracker keeps running totals over the items of the last view and
+updates them by the items that left (subtracted) and the items that came (added), so a call
+costs the items that changed since the previous call, not the whole view; nothing is
+converted to arrays per call. Measured (tests/bench/test_bench_loss.py, the shared Claude
+Code corpus and a 10,000-request synthetic session): the columns add at most 25% to the
+replay; tests/test_replay_properties.py checks them against a from-scratch recount.
+
+The columns (LOSS_SCHEMA), for the view of one call made for request k:
 
 * `human_tokens`: tokens of the human's own blocks (Flag.HUMAN) in the logical history;
 * `human_verbatim_tokens`: those of them the view still sends unchanged (same block, same
@@ -23,7 +30,7 @@ The columns (simulator/frames.py LOSS_SCHEMA), for the view of one call made for
 * `stale_file_refs` (request rows): tool calls of request k's response that name a file
   whose last successful read result is in the logical history but not verbatim in the view
   (with the re-fetch loop, simulator/refetch.py: the loop's reads, and not a use whose file
-  it fetched back; the engine tells the observer the loop through `begin`);
+  it fetched back);
 * `after_compaction` (request rows): the view was rewritten by a compaction at k: the
   policy made a compaction call for request k and the request no longer sends the
   conversation that call summarized (its view less its last item, the summary prompt), or
@@ -34,244 +41,355 @@ The columns (simulator/frames.py LOSS_SCHEMA), for the view of one call made for
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
-from simulator.frames import LOSS_SCHEMA, has_loss
 from simulator.model import Flag, Kind, Session, Trace
 from simulator.policy import Call, Policy
 from simulator.pricing import PriceBook
-from simulator.prompt_cache import Usage
 from simulator.refetch import SessionLoop
-from simulator.replay import ReplayOptions, replay
 from simulator.view import View
 
+if TYPE_CHECKING:  # the engine imports this module
+    from simulator.replay import ReplayOptions
 
-class LossPassError(RuntimeError):
-    """The observed calls do not line up with the engine's rows (a bug, never bad input)."""
-
-
-class _SessionFacts:
-    """Per-session arrays the observer looks blocks up in (computed once per session)."""
-
-    def __init__(self, session: Session) -> None:
-        b = session.blocks
-        n = session.n_requests
-        flags = b["flags"].astype(np.int64)
-        artifact = (flags & Flag.ARTIFACT) != 0
-        first = b["first_request"].astype(np.int64)
-        hidden = b["hidden_from"].astype(np.int64)
-        tokens = b["tokens"].astype(np.int64)
-        self.first = first
-        self.hidden = hidden
-        human = ((flags & Flag.HUMAN) != 0) & ~artifact
-        self.prefix_tokens = int(session.prefix_tokens)
-        # Human tokens in the logical history before each request: +tokens where a human
-        # block enters, -tokens where it leaves (a rewind), summed up.
-        live = human & (first < hidden)
-        delta = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(delta, np.minimum(first[live], n), tokens[live])
-        np.add.at(delta, np.minimum(hidden[live], n), -tokens[live])
-        self.human_at: list[int] = np.cumsum(delta)[:n].tolist()
-        #: Per block, as plain lists for the per-item work of the incremental pass: its
-        #: content hash and tokens, whether the human wrote it, and whether the recording's
-        #: compaction wrote it (its summary and the restored attachments).
-        self.hash_of: list[int] = b["hash"].astype(np.uint64).tolist()
-        self.tokens_of: list[int] = tokens.tolist()
-        self.human_of: list[bool] = human.tolist()
-        self.artifact_of: list[bool] = artifact.tolist()
-        # Successful read results per file, in history order.
-        path = b["path_hash"]
-        kind = b["kind"]
-        read = (
-            (kind == Kind.TOOL_RESULT)
-            & ((flags & Flag.PATH_READ) != 0)
-            & ((flags & Flag.ERROR) == 0)
-            & ~artifact
-            & (path != 0)
-        )
-        self.reads: dict[int, list[int]] = {}
-        for block in np.nonzero(read)[0].tolist():
-            self.reads.setdefault(int(path[block]), []).append(block)
-        # File uses per request: tool calls naming a file, by the request whose response
-        # made them.
-        origin = b["origin"]
-        use = (kind == Kind.TOOL_USE) & (path != 0) & (origin >= 0) & ~artifact
-        self.uses: dict[int, list[tuple[int, int]]] = {}
-        for block in np.nonzero(use)[0].tolist():
-            self.uses.setdefault(int(origin[block]), []).append((block, int(path[block])))
-
-    def last_read(self, path: int, before: int, k: int) -> int:
-        """The latest read result of `path` older than block `before` in the logical
-        history of request k, or -1."""
-        for block in reversed(self.reads.get(path, ())):
-            if block < before and self.first[block] <= k < self.hidden[block]:
-                return block
-        return -1
-
-
-class _ViewState:
-    """Running sums over the items of the last view observed, so that a call costs the
-    items that changed since the previous call, not the whole view: views are append-mostly
-    (a request adds its new blocks; a compaction rewrites from a point), and the hash chain
-    and the cumulative token counts say where the new view departs from the old one (a
-    cache_edits deletion keeps the hash but lowers the counts, so both are compared)."""
-
-    def __init__(self, f: _SessionFacts) -> None:
-        self.f = f
-        self.ids: list[int] = []
-        self.chains: list[int] = []
-        self.cum: list[int] = []  # view.cum as it was for each item processed
-        #: Prefix sums (index i: over the first i items) of the human tokens sent verbatim,
-        #: of what is neither history nor prefix nor artifact (inserted), of artifact tokens.
-        self.human = [0]
-        self.inserted = [0]
-        self.recorded = [0]
-        #: History blocks the view sends verbatim (block -> position), and the artifacts.
-        self.verbatim: dict[int, int] = {}
-        self.artifacts: dict[int, int] = {}
-
-    def _common(self, view: View) -> int:
-        """How many leading items the view shares with the state (same chain, same sums)."""
-        n = min(len(self.chains), len(view.chains))
-        chains, cum = view.chains, view.cum
-        if n and self.chains[n - 1] == chains[n - 1] and self.cum[n - 1] == cum[n - 1]:
-            return n
-        lo, hi = 0, n  # the predicate "item j is shared" is true up to a point, then false
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.chains[mid] == chains[mid] and self.cum[mid] == cum[mid]:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def update(self, view: View) -> None:
-        m = self._common(view)
-        for pos in range(len(self.ids) - 1, m - 1, -1):  # items that left or changed
-            block = self.ids[pos]
-            if self.verbatim.get(block) == pos:
-                del self.verbatim[block]
-            if self.artifacts.get(block) == pos:
-                del self.artifacts[block]
-        del self.ids[m:], self.chains[m:], self.cum[m:]
-        del self.human[m + 1 :], self.inserted[m + 1 :], self.recorded[m + 1 :]
-        f = self.f
-        hash_of, tokens_of, human_of, artifact_of = (
-            f.hash_of,
-            f.tokens_of,
-            f.human_of,
-            f.artifact_of,
-        )
-        human, inserted, recorded = self.human[-1], self.inserted[-1], self.recorded[-1]
-        ids, hashes, tokens = view.ids, view.hashes, view.tokens
-        for pos in range(m, len(ids)):
-            block, held = ids[pos], tokens[pos]
-            if block >= 0:
-                if hashes[pos] == hash_of[block] and held == tokens_of[block]:
-                    self.verbatim[block] = pos
-                    if human_of[block]:
-                        human += held
-                if artifact_of[block]:
-                    self.artifacts[block] = pos
-                    recorded += held
-            else:
-                inserted += held
-            self.human.append(human)
-            self.inserted.append(inserted)
-            self.recorded.append(recorded)
-        self.ids.extend(ids[m:])
-        self.chains.extend(view.chains[m:])
-        self.cum.extend(view.cum[m:])
-
-
-class _Observer:
-    """Called by the engine for every call of one trace as it is priced (simulator/replay.py
-    `Observer`): records the loss facts of the call's view."""
-
-    def __init__(self, trace: Trace, sink: list[Any]) -> None:
-        self.trace = trace
-        self.sink = sink
-        self.index = -1
-        self.f: _SessionFacts | None = None
-        self.state: _ViewState | None = None
-        #: Where the conversation each compaction call of the current request summarized
-        #: ends, and the hash chain of the view through there.
-        self.summarized: list[tuple[int, int]] = []
-        self.artifacts: set[int] = set()
-        #: The semi-closed loop of each session that runs one (simulator/refetch.py).
-        self.loops: dict[int, SessionLoop] = {}
-        self.loop: SessionLoop | None = None
-
-    def begin(self, index: int, loop: SessionLoop) -> None:
-        """Told by the engine before a session's first call when the loop runs: its views
-        hold the loop's blocks, and its reads are the loop's (ghosts in, skips out)."""
-        self.loops[index] = loop
-
-    def __call__(self, index: int, k: int, view: View, call: Call, usage: Usage) -> None:
-        if index != self.index or self.f is None or self.state is None:  # the next session
-            self.index = index
-            self.loop = self.loops.pop(index, None)
-            session = self.loop.session if self.loop is not None else self.trace.sessions[index]
-            self.f = _SessionFacts(session)
-            self.state = _ViewState(self.f)
-            self.summarized = []
-            self.artifacts = set()
-        self.sink.append(self.facts(self.f, self.state, k, view, call))
-
-    def facts(
-        self, f: _SessionFacts, state: _ViewState, k: int, view: View, call: Call
-    ) -> tuple[Any, ...]:
-        state.update(view)
-        human_kept = state.human[-1]
-        inserted = state.inserted[-1] - f.prefix_tokens
-        summary = state.recorded[-1] + max(0, inserted)
-        stale = 0
-        after = False
-        if call.kind == "request":
-            uses = f.uses.get(k)
-            loop = self.loop
-            if uses and loop is None:
-                kept = state.verbatim
-                for block, path in uses:
-                    last = f.last_read(path, block, k)
-                    stale += last >= 0 and last not in kept
-            elif uses and loop is not None:
-                # The loop's reads; a use it fetched the file back for is not stale, and
-                # neither its own read calls nor the re-reads it left out are uses.
-                kept = state.verbatim
-                fetched = loop.refetched.get(k, ())
-                for block, path in uses:
-                    if block >= loop.n_blocks or block in loop.skipped or path in fetched:
-                        continue
-                    last = loop.latest(path, k)
-                    stale += last >= 0 and last not in kept
-            in_view = set(state.artifacts)
-            chains = view.chains
-            rewritten = any(
-                pos >= len(chains) or chains[pos] != chain for pos, chain in self.summarized
-            )
-            after = rewritten or bool(in_view - self.artifacts)
-            self.artifacts = in_view
-            self.summarized = []
-        elif call.kind == "compaction" and len(view.chains) >= 2:
-            # The call's last item is its own prompt; before it is what it summarized.
-            pos = len(view.chains) - 2
-            self.summarized.append((pos, view.chains[pos]))
-        return (view.total, f.human_at[k], human_kept, summary, stale, after)
-
-
-_OBSERVED: dict[str, Any] = {
-    "view_tokens": pl.Int64,
+#: Loss proxies of a request row, the last columns of requests.parquet (definitions:
+#: reports/METRICS.md; simulator/frames.py re-exports it for the summaries).
+LOSS_SCHEMA: dict[str, Any] = {
     "human_tokens": pl.Int64,
     "human_verbatim_tokens": pl.Int64,
     "summary_tokens": pl.Int64,
     "stale_file_refs": pl.Int64,
     "after_compaction": pl.Boolean,
+    "resent_tokens": pl.Int64,
 }
+#: The columns `SessionLoss.facts` gives per call, in order (the engine derives
+#: `resent_tokens` from them and the usage, for whole columns).
+LOSS_FACTS: dict[str, Any] = {c: t for c, t in LOSS_SCHEMA.items() if c != "resent_tokens"}
+
+
+#: Flag bits and kinds as plain ints (numpy masks with enum members go through the enum).
+_ARTIFACT, _HUMAN, _PATH_READ, _ERROR = (
+    int(Flag.ARTIFACT),
+    int(Flag.HUMAN),
+    int(Flag.PATH_READ),
+    int(Flag.ERROR),
+)
+_TOOL_RESULT, _TOOL_USE = int(Kind.TOOL_RESULT), int(Kind.TOOL_USE)
+
+
+class SessionLoss:
+    """The loss facts of one session's calls, from running totals over the last view seen.
+
+    Built once per replayed session (its history's block hashes and tokens are the ones
+    the policy sends, so they are shared, not recomputed); `facts` is called by the engine
+    for every call, in row order."""
+
+    def __init__(
+        self,
+        session: Session,
+        hashes: list[int],
+        tokens: list[int],
+        loop: SessionLoop | None = None,
+    ) -> None:
+        b = session.blocks
+        n = session.n_requests
+        flags = b["flags"].astype(np.int64)
+        artifact = (flags & _ARTIFACT) != 0
+        first = b["first_request"]
+        hidden = b["hidden_from"]
+        human = ((flags & _HUMAN) != 0) & ~artifact
+        self.prefix_tokens = int(session.prefix_tokens)
+        self.loop = loop
+        # Human tokens in the logical history before each request: +tokens where a human
+        # block enters, -tokens where it leaves (a rewind), summed up (exact in float64:
+        # far below 2**53).
+        live = human & (first < hidden)
+        weights = b["tokens"].astype(np.float64)[live]
+        delta = np.bincount(np.minimum(first[live], n), weights, n + 1) - np.bincount(
+            np.minimum(hidden[live], n), weights, n + 1
+        )
+        self.human_at: list[int] = np.cumsum(delta)[:n].astype(np.int64).tolist()
+        self.hash_of = hashes
+        self.tokens_of = tokens
+        #: Per block: its tokens where the human wrote it (else 0: what it adds to the
+        #: verbatim human tokens when sent verbatim), and whether it is an artifact.
+        self.human_of: list[int] = np.where(human, b["tokens"], 0).astype(np.int64).tolist()
+        self.artifact_of: list[bool] = artifact.tolist()
+        self._visible: tuple[list[int], list[int]] | None = None
+        self._blocks = b
+        # Successful read results per file, in history order; file uses per request (tool
+        # calls naming a file, by the request whose response made them).
+        path = b["path_hash"]
+        kind = b["kind"]
+        read = (
+            (kind == _TOOL_RESULT)
+            & ((flags & _PATH_READ) != 0)
+            & ((flags & _ERROR) == 0)
+            & ~artifact
+            & (path != 0)
+        )
+        self.reads: dict[int, list[int]] = {}
+        picked = np.flatnonzero(read)
+        for block, p in zip(picked.tolist(), path[picked].tolist(), strict=True):
+            self.reads.setdefault(p, []).append(block)
+        origin = b["origin"]
+        use = (kind == _TOOL_USE) & (path != 0) & (origin >= 0) & ~artifact
+        self.uses: dict[int, list[tuple[int, int]]] = {}
+        picked = np.flatnonzero(use)
+        for block, k, p in zip(
+            picked.tolist(), origin[picked].tolist(), path[picked].tolist(), strict=True
+        ):
+            self.uses.setdefault(k, []).append((block, p))
+        # The last view seen, item by item (ids, content hashes, tokens, prefix hashes),
+        # and the running totals over it: human tokens sent verbatim, tokens of items
+        # that are no history block (the prefix, a policy's own), artifact tokens.
+        self.ids: list[int] = []
+        self.hashes: list[int] = []
+        self.tokens: list[int] = []
+        self.chains: list[int] = []
+        self.total = 0
+        self.human = 0
+        self.inserted = 0
+        self.recorded = 0
+        #: History blocks the view sends verbatim, and the artifacts it holds. Sets: a
+        #: view holds a block at most once (a policy projects the history, never repeats
+        #: it), so what an item adds to the totals depends on the item, not its position.
+        self.verbatim: set[int] = set()
+        self.artifacts: set[int] = set()
+        #: The artifacts in the view at the last request row, and whether the view's
+        #: artifacts changed since.
+        self.seen_artifacts: set[int] = set()
+        self.artifacts_changed = False
+        #: Where the conversation each compaction call of the current request summarized
+        #: ends, and the hash chain of the view through there.
+        self.summarized: list[tuple[int, int]] = []
+
+    def last_read(self, path: int, before: int, k: int) -> int:
+        """The latest read result of `path` older than block `before` in the logical
+        history of request k, or -1."""
+        reads = self.reads.get(path)
+        if not reads:
+            return -1
+        if self._visible is None:  # first asked: the blocks' logical intervals
+            b = self._blocks
+            self._visible = (b["first_request"].tolist(), b["hidden_from"].tolist())
+        first, hidden = self._visible
+        for i in range(bisect_left(reads, before) - 1, -1, -1):  # ascending block ids
+            block = reads[i]
+            if first[block] <= k < hidden[block]:
+                return block
+        return -1
+
+    def _same(self, view: View, lo: int, hi: int, shift: int = 0) -> bool:
+        """Whether the view's items at positions lo..hi-1 are the last view's at lo + shift
+        onwards (block, content hash, tokens: what the totals depend on; compared in C)."""
+        a, b = lo + shift, hi + shift
+        return (
+            self.ids[a:b] == view.ids[lo:hi]
+            and self.hashes[a:b] == view.hashes[lo:hi]
+            and self.tokens[a:b] == view.tokens[lo:hi]
+        )
+
+    def _update(self, view: View) -> None:
+        """Bring the totals from the last view to `view` where it is not the last view
+        with more items after it (`facts` adds those): only what changed is taken out and
+        put back. Items that left from the end are taken out; otherwise, after the first
+        item that differs, a view that dropped items holds the rest shifted (a recorded
+        block leaving, a snip), one that rewrote items holds the rest at the same
+        positions (a re-chained prefix, a cleared or masked result: only their prefix
+        hashes moved), and one that lost most of it (a compaction) is counted afresh.
+        The first two are found by slice comparisons, in C."""
+        chains = view.chains
+        seen_chains = self.chains
+        n = len(seen_chains)
+        total = len(chains)
+        cum = view.cum
+        if (
+            0 < total < n
+            and seen_chains[total - 1] == chains[total - 1]
+            and self.total - sum(self.tokens[total:]) == cum[total - 1]
+        ):  # items left from the end only
+            self._drop(total, n)
+            del self.ids[total:], self.hashes[total:], self.tokens[total:], seen_chains[total:]
+            self.total = cum[-1]
+            return
+        m = n if n <= total else total
+        lo, hi = 0, m  # p: the first position whose item differs
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._same(view, lo, mid + 1):
+                lo = mid + 1
+            else:
+                hi = mid
+        p = lo
+        shift = self._shift(view, p) if p < total else 0
+        if not shift and 2 * p < n - total:  # most of it left (a compaction): start over
+            self.verbatim.clear()
+            self.artifacts.clear()
+            self.artifacts_changed = True
+            self.human = self.inserted = self.recorded = 0
+            self._add(view, 0, total)
+        elif shift:  # items p..p+shift-1 left; the rest moved up, then new ones came
+            kept = n - p - shift
+            self._drop(p, p + shift)
+            self._add(view, p + kept, total)
+        else:
+            lo, hi = p, m  # q: items q..m-1 are the same items at the same positions
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._same(view, mid, m):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            self._drop(p, lo)
+            self._drop(m, n)
+            self._add(view, p, lo)
+            self._add(view, m, total)
+        self.ids[p:] = view.ids[p:]
+        self.hashes[p:] = view.hashes[p:]
+        self.tokens[p:] = view.tokens[p:]
+        seen_chains[:] = chains
+        self.total = cum[-1] if cum else 0
+
+    def _shift(self, view: View, p: int) -> int:
+        """How many items of the last view left at position p, if its items after them
+        are the view's from p on (moved up); 0 if not so."""
+        try:
+            at = self.ids.index(view.ids[p], p + 1)
+        except ValueError:
+            return 0
+        shift = at - p
+        kept = len(self.ids) - at
+        if kept > len(view.ids) - p or not self._same(view, p, p + kept, shift):
+            return 0
+        return shift
+
+    def _drop(self, lo: int, hi: int) -> None:
+        """Take the last view's items at positions lo..hi-1 out of the totals."""
+        if lo >= hi:
+            return
+        ids, tokens = self.ids, self.tokens
+        human_of, artifact_of = self.human_of, self.artifact_of
+        verbatim, artifacts = self.verbatim, self.artifacts
+        human = inserted = recorded = 0
+        for pos in range(lo, hi):
+            block = ids[pos]
+            if block < 0:
+                inserted += tokens[pos]
+                continue
+            if block in verbatim:
+                verbatim.discard(block)
+                human += human_of[block]
+            if artifact_of[block]:
+                artifacts.discard(block)
+                recorded += tokens[pos]
+                self.artifacts_changed = True
+        self.human -= human
+        self.inserted -= inserted
+        self.recorded -= recorded
+
+    def _add(self, view: View, lo: int, hi: int) -> None:
+        """Put the view's items at positions lo..hi-1 into the totals."""
+        if lo >= hi:
+            return
+        hash_of, tokens_of, human_of, artifact_of = (
+            self.hash_of,
+            self.tokens_of,
+            self.human_of,
+            self.artifact_of,
+        )
+        ids, hashes, tokens = view.ids, view.hashes, view.tokens
+        keep = self.verbatim.add
+        human = inserted = 0
+        for pos in range(lo, hi):
+            block = ids[pos]
+            if block < 0:
+                inserted += tokens[pos]
+            elif hashes[pos] == hash_of[block] and tokens[pos] == tokens_of[block]:
+                keep(block)
+                human += human_of[block]
+                if artifact_of[block]:
+                    self._add_artifact(block, tokens[pos])
+            elif artifact_of[block]:
+                self._add_artifact(block, tokens[pos])
+        self.human += human
+        self.inserted += inserted
+
+    def _add_artifact(self, block: int, held: int) -> None:
+        self.artifacts.add(block)
+        self.recorded += held
+        self.artifacts_changed = True
+
+    def facts(self, k: int, view: View, call: Call) -> tuple[int, int, int, int, bool]:
+        """(human_tokens, human_verbatim_tokens, summary_tokens, stale_file_refs,
+        after_compaction) of one call for request k, as the engine prices it."""
+        chains = view.chains
+        seen_chains = self.chains
+        n = len(seen_chains)
+        total = len(chains)
+        if n <= total and (
+            not n or (seen_chains[n - 1] == chains[n - 1] and self.total == view.cum[n - 1])
+        ):  # the last view and more (the common case): add what came
+            if n < total:
+                self._add(view, n, total)
+                self.ids += view.ids[n:]
+                self.hashes += view.hashes[n:]
+                self.tokens += view.tokens[n:]
+                seen_chains += chains[n:]
+                self.total = view.cum[-1]
+        else:
+            self._update(view)
+        inserted = self.inserted - self.prefix_tokens
+        summary = self.recorded + inserted if inserted > 0 else self.recorded
+        stale = 0
+        after = False
+        kind = call.kind
+        if kind == "request":
+            uses = self.uses.get(k)
+            if uses:
+                stale = self._stale(k, uses)
+            if self.summarized:
+                chains = view.chains
+                after = any(
+                    pos >= len(chains) or chains[pos] != chain for pos, chain in self.summarized
+                )
+                self.summarized = []
+            if self.artifacts_changed:
+                seen = self.seen_artifacts
+                after = after or any(block not in seen for block in self.artifacts)
+                self.seen_artifacts = set(self.artifacts)
+                self.artifacts_changed = False
+        elif kind == "compaction" and len(view.chains) >= 2:
+            # The call's last item is its own prompt; before it is what it summarized.
+            pos = len(view.chains) - 2
+            self.summarized.append((pos, view.chains[pos]))
+        return (self.human_at[k], self.human, summary, stale, after)
+
+    def _stale(self, k: int, uses: list[tuple[int, int]]) -> int:
+        """Tool calls of request k's response naming a file whose last read the view no
+        longer sends verbatim."""
+        kept = self.verbatim
+        stale = 0
+        loop = self.loop
+        if loop is None:
+            for block, path in uses:
+                last = self.last_read(path, block, k)
+                stale += last >= 0 and last not in kept
+            return stale
+        # The loop's reads; a use it fetched the file back for is not stale, and neither
+        # its own read calls nor the re-reads it left out are uses.
+        fetched = loop.refetched.get(k, ())
+        for block, path in uses:
+            if block >= loop.n_blocks or block in loop.skipped or path in fetched:
+                continue
+            last = loop.latest(path, k)
+            stale += last >= 0 and last not in kept
+        return stale
 
 
 def replay_with_loss(
@@ -281,42 +399,8 @@ def replay_with_loss(
     prices: PriceBook | None = None,
     edits: list[Any] | None = None,
 ) -> pl.DataFrame:
-    """`simulator.replay.replay` with the LOSS_SCHEMA columns appended to its rows (and
-    the policy's edits appended to `edits`, as `replay` does).
+    """`simulator.replay.replay` with the LOSS_SCHEMA columns on its rows (and the
+    policy's edits appended to `edits`, as `replay` does); no traces, no loss columns."""
+    from simulator.replay import replay  # the engine imports this module
 
-    One replay per trace (the observer is told the session index, not the trace); rows an
-    engine already gives loss columns are returned as the engine made them.
-    """
-    if not traces:
-        return replay([], policy, options, prices, edits=edits)
-    frames = []
-    for name, trace in traces:
-        sink: list[Any] = []
-        frame = replay(
-            [(name, trace)], policy, options, prices, observe=_Observer(trace, sink), edits=edits
-        )
-        frames.append(frame if has_loss(frame) else _joined(frame, sink, policy))
-    return pl.concat(frames, how="vertical")
-
-
-def _joined(frame: pl.DataFrame, sink: list[Any], policy: Policy) -> pl.DataFrame:
-    """The engine's rows with the observed facts beside them (the same calls, in order)."""
-    observed = pl.DataFrame(sink, schema=_OBSERVED, orient="row")
-    if observed.height != frame.height:
-        raise LossPassError(
-            f"policy {policy.name!r}: observed {observed.height} calls, the replay wrote "
-            f"{frame.height} rows"
-        )
-    joined = frame.hstack(observed)
-    wrong = joined.filter(pl.col("view_tokens") != pl.col("context_tokens"))
-    if wrong.height:
-        first = wrong.row(0, named=True)
-        raise LossPassError(
-            f"policy {policy.name!r}: the observed view differs from the replay's row at "
-            f"trace {first['trace']!r} session {first['session_index']} request "
-            f"{first['request']} call {first['call']}"
-        )
-    fresh = pl.col("uncached_input") + pl.col("cache_write_5m") + pl.col("cache_write_1h")
-    return joined.with_columns(
-        pl.when(pl.col("after_compaction")).then(fresh).otherwise(0).alias("resent_tokens")
-    ).select([*frame.columns, *LOSS_SCHEMA])
+    return replay(list(traces), policy, options, prices, edits=edits, loss=bool(traces))

@@ -201,6 +201,10 @@ class Session:
     #: 258,400 for gpt-5.x's 272,000, 121,600 for gpt-5.3-codex-spark's 128,000); the
     #: model facts (simulator/models.py) cannot know a model genai-prices lacks.
     context_windows: list[int] = field(default_factory=list)
+    #: Requests the recording client sent first after resuming a rollout that another
+    #: program had rewritten, empty when none: Codex then rebuilt its history from that
+    #: copy (traces/codex.py `joined_entries`; policies/peers/codex.py `PRESETS`).
+    restored_at: list[int] = field(default_factory=list)
 
     def logged_window(self, request: int) -> int:
         """The window the client logged for the model of `request`, -1 if none."""
@@ -270,6 +274,7 @@ class Trace:
                 a.tools,
                 a.models,
                 a.context_windows,
+                a.restored_at,
             ) == (
                 b.id,
                 b.kind,
@@ -279,6 +284,7 @@ class Trace:
                 b.tools,
                 b.models,
                 b.context_windows,
+                b.restored_at,
             )
             if not (same and a.events == b.events):
                 return False

@@ -48,16 +48,24 @@ adf7939a 26,205 of 39,406 after 77 minutes (21,274 at its start) and 21,399 afte
 later 11-13 minute gaps. Reads beyond the prefix after such a gap (ec48fae0 reads 24,203
 after 15 h, into its first messages) are not modelled: the messages are this session's.
 
-Not modelled: thinking on and off as separate cache keys. Anthropic keys message-cache
-entries by the thinking parameters, and in 2.1.29 and 2.1.31 (promptgrimoire 8 of 8,
-denubis 4 of 5) a switch of whether the response holds thinking falls back to the system
-part, and a switch back reads the last same-mode prompt; in 2.1.1xx-2.1.2xx 3,118 of
-3,199 such switches within the TTL read the whole previous context (a response without
-thinking is no request without it there). Chained per mode at the switches whose read
-falls back, the corpus went from +0.07% to +0.27% and promptgrimoire from -0.58% to
-+1.27%: its switch back at request 229 follows 24 items of the other mode, beyond the
-20-item lookback that the recording's read evidently reached; the fall-backs themselves
-are resets already.
+Thinking on and off are separate cache keys. Anthropic keys message-cache entries by the
+thinking parameters ("thinking parameter changes invalidate messages cache"; system and
+tools stay cached), and in 2.1.29 and 2.1.31 (promptgrimoire 8 of 8, denubis 4 of 5) a
+switch of whether the response holds thinking falls back to the system part: a reset,
+found as any other. A switch back reads the last prompt of its own mode where that entry
+is still alive: promptgrimoire request 150 reads 146,960, request 142's cached part to the
+token (its context less its 10 uncached), after 7 requests of the other mode; request 229
+reads 134,697, request 222's likewise (the 24 blocks between are reached through the
+assistant message's marker, policies/as_recorded.py). Such a return restores the segment
+versions from just before the switch away (`Prefix.restores`, `PrefixState.restored`),
+taken only where the recording's read is that earlier prompt's cached part (within
+`RESET_MIN_SHORTFALL`) and short of the previous request's context, with no reset,
+compaction or layout change between: denubis a0adff31 request 4 switches back and reads
+45,066, more than the other mode's last context (44,540), which no key per mode explains,
+so it is no return. In 2.1.1xx-2.1.2xx 3,118 of 3,199 switches within the TTL read the
+whole previous context (a response without thinking is no request without it there): no
+reset, so no return either. promptgrimoire went from -0.58% to -0.07% with this (its
+requests 150 and 229 matched); no other request of ../shared/traces/claude-code changed.
 
 Sessions without usage have one segment, the whole prefix.
 
@@ -78,7 +86,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 
-from simulator.model import Session
+from simulator.model import Kind, Session
 from simulator.view import FIVE_MINUTES, NO_BLOCK, ONE_HOUR, View, chain
 
 #: A fallback read must be this much shorter than what was alive to count as a reset
@@ -107,6 +115,9 @@ class Prefix:
     #: Request after an idle gap -> how far the prefix was warm from elsewhere where that
     #: is beyond the shared part: the segments ending there are seeded as they are now.
     warm_more: dict[int, int] = field(default_factory=dict)
+    #: Request switching the thinking mode back -> the request that switched away from it:
+    #: the segments' versions from just before that switch are restored (`_mode_returns`).
+    restores: dict[int, int] = field(default_factory=dict)
 
     def segments(self) -> list[tuple[int, int]]:
         """(start, size) of each prefix segment."""
@@ -194,7 +205,8 @@ def infer(session: Session, *, resets: bool = True, recorded: bool = False) -> P
         cuts |= {v for v in warm_more.values() if v < t}
         cut_points = tuple(sorted(c for c in cuts if c < t) or [0])
         layouts.append((a, Prefix(shared, system, t, cut_points, found, new_model=new_model)))
-    first = replace(layouts[0][1], shared_warm=warm_shared, warm_more=warm_more)
+    restores = _mode_returns(session, found, compactions, set(starts)) if resets else {}
+    first = replace(layouts[0][1], shared_warm=warm_shared, warm_more=warm_more, restores=restores)
     if len(layouts) == 1:
         return first
     return replace(first, changes={a: layout for a, layout in layouts[1:]})
@@ -205,6 +217,54 @@ def _model_prefixes(totals: list[int], models: list[int]) -> list[int]:
     changes a model's prefix only at a recorded compaction)."""
     first: dict[int, int] = {}
     return [first.setdefault(m, t) for t, m in zip(totals, models, strict=True)]
+
+
+def _mode_returns(
+    session: Session, found: dict[int, int], compactions: set[int], starts: set[int]
+) -> dict[int, int]:
+    """Requests whose thinking mode returns to the one an earlier reset switched away
+    from, and read that mode's last prompt: request -> the switch away (see the module's
+    docstring). A request's mode is whether its response holds thinking; the return is
+    taken only where the recording's read is that prompt's cached part (its context less
+    its uncached input, within `RESET_MIN_SHORTFALL`) and falls short of the previous
+    request's context, with no other reset, compaction or layout change in between."""
+    r = session.requests
+    n = len(r)
+    if n < 3 or not found:
+        return {}
+    blocks = session.blocks
+    thinks = [False] * n
+    origin = blocks["origin"].tolist()
+    for i, kind in enumerate(blocks["kind"].tolist()):
+        if kind == Kind.THINKING and 0 <= origin[i] < n:
+            thinks[origin[i]] = True
+    has = r["has_usage"].tolist()
+    read = r["cache_read"].tolist()
+    uncached = r["input"].tolist()
+    context = session.recorded_context().tolist()
+    out: dict[int, int] = {}
+    away = -1
+    for k in range(1, n):
+        if k in compactions or k in starts:
+            away = -1
+            continue
+        if k in found:
+            switched = thinks[k] != thinks[k - 1]
+            away = k if switched and has[k - 1] else -1
+            continue
+        if away < 0 or thinks[k] == thinks[k - 1]:
+            continue
+        before = away - 1
+        cached = context[before] - uncached[before]
+        if (
+            has[k]
+            and thinks[k] == thinks[before]
+            and abs(read[k] - cached) <= RESET_MIN_SHORTFALL
+            and context[k - 1] - read[k] >= RESET_MIN_SHORTFALL
+        ):
+            out[k] = away
+        away = -1
+    return out
 
 
 class PrefixState:
@@ -222,6 +282,12 @@ class PrefixState:
         #: Positions `reset` found warm from elsewhere beyond the shared part (`warm_more`):
         #: to be seeded for this request with its own TTL.
         self.warm_now: list[int] = []
+        #: Switch away -> the segments' versions just before it, for a later return.
+        self._before_switch: dict[int, dict[int, int]] = {}
+        self._switches = set(prefix.restores.values())
+        #: `reset` just restored a thinking mode's versions: the view is re-chained onto
+        #: entries older than the previous request's.
+        self.restored = False
 
     def reset(self, request: int) -> bool:
         """Apply an unlogged change at `request`, if there is one; True if the prefix changed."""
@@ -244,6 +310,13 @@ class PrefixState:
                 if start + size <= upto and self.version.get(start, 0):
                     self.version[start] = 0  # warm from elsewhere again
                     changed = True
+        back = self.prefix.restores.get(request)
+        self.restored = back is not None and back in self._before_switch
+        if back is not None and self.restored:
+            self.version = dict(self._before_switch.pop(back))  # that mode's entries again
+            return True
+        if request in self._switches:
+            self._before_switch[request] = dict(self.version)
         at = self.prefix.resets.get(request)
         if at is None:
             return changed

@@ -11,6 +11,9 @@ replays a copy with room for fetched-back reads, whose logical schedule the loop
 the engine prices the rounds it inserts after the request that needed them (rows of kind
 `refetch`, REFETCH_SCHEMA columns on every row).
 
+With `loss` the same rows carry the loss proxies (simulator/loss.py, LOSS_SCHEMA), computed
+as each call is priced from running totals over the view: one row type, one replay.
+
 Rows are plain tuples while replaying (cheap) and become one polars frame at the end,
 where dollars are computed for whole columns at once.
 """
@@ -29,11 +32,19 @@ import numpy as np
 import polars as pl
 
 from simulator.history import History
+from simulator.loss import LOSS_FACTS, LOSS_SCHEMA, SessionLoss
 from simulator.model import Session, Trace
 from simulator.models import facts, session_facts
 from simulator.policy import Call, Edit, Emitter, Policy, SessionContext
 from simulator.pricing import PriceBook, UnknownModelError, UnsupportedPricingError
-from simulator.prompt_cache import FIVE_MINUTES, ONE_HOUR, PromptCache, Usage, for_provider
+from simulator.prompt_cache import (
+    FIVE_MINUTES,
+    ONE_HOUR,
+    PromptCache,
+    Response,
+    Usage,
+    for_provider,
+)
 from simulator.refetch import NO_CHANGE, RefetchParams, SessionLoop, params_for
 from simulator.view import Breakpoint, View
 
@@ -134,6 +145,7 @@ class _SessionEngine(Emitter):
         self.trace = trace
         self.index = index
         self.session = session
+        self.session_id = session.id
         self.cache_option = cache
         self.observe: Observer | None = None
         #: One cache per model: a provider never serves one model's cache to another.
@@ -156,6 +168,10 @@ class _SessionEngine(Emitter):
         #: The semi-closed loop (simulator/refetch.py), None in the open loop.
         self.loop: SessionLoop | None = None
         self.windows: dict[str, int] = {}
+        #: The loss proxies of every call (simulator/loss.py), None without them.
+        self.loss: SessionLoss | None = None
+        #: First and end history block of each request's output (`_response`), on demand.
+        self.output_blocks: tuple[list[int], list[int]] | None = None
 
     @property
     def cache(self) -> PromptCache:
@@ -170,7 +186,7 @@ class _SessionEngine(Emitter):
         model_facts = facts(self.session.models[m])
         provider = model_facts.provider if self.cache_option == "auto" else self.cache_option
         cache = self.caches[m] = for_provider(
-            provider, model_facts.min_cache_tokens, self.session.models[m]
+            provider, model_facts.min_cache_tokens, self.session.models[m], self.ts[self.k]
         )
         for chains, tokens, since, ttl in self.warmed:
             cache.warm_entry(chains, tokens, since, ttl)
@@ -216,6 +232,21 @@ class _SessionEngine(Emitter):
                 (1, decision.fetched, 0, 0),
             )
 
+    def _response(self, k: int, output: int) -> Response:
+        """What request k generates, for a cache that holds responses: its output tokens
+        and the history blocks holding that output (those whose origin is k)."""
+        if self.output_blocks is None:
+            origin = np.asarray(self.session.blocks["origin"], dtype=np.int64)
+            n = self.session.n_requests
+            ids = np.flatnonzero((origin >= 0) & (origin < n))
+            starts = np.full(n, len(origin), dtype=np.int64)
+            ends = np.zeros(n, dtype=np.int64)  # start >= end: no output blocks
+            np.minimum.at(starts, origin[ids], ids)
+            np.maximum.at(ends, origin[ids], ids + 1)
+            self.output_blocks = (starts.tolist(), ends.tolist())
+        first, end = self.output_blocks
+        return Response(output, first[k], end[k])
+
     def _window(self, k: int) -> int:
         """The context window of request k's model, as the policies are told it."""
         name = self.model_names[k]
@@ -233,18 +264,29 @@ class _SessionEngine(Emitter):
         extra: tuple[int, int, int, int] | None,
     ) -> None:
         """Price one call sent at `now` and append its row (with the re-fetch columns,
-        REFETCH_SCHEMA, when the loop runs)."""
+        REFETCH_SCHEMA, when the loop runs, then the loss proxies when asked).
+
+        The per-call path of every replay: one tuple per row, attributes read once."""
         k = self.k
         if call.cached:
-            usage = self.cache.request(view, call.breakpoints, now, self.ts_end[k])
+            m = self.model_index[k]
+            cache = self.caches.get(m)
+            if cache is None:
+                cache = self._new_cache(m)
+            response = None
+            if cache.holds_responses and call.kind == "request":
+                response = self._response(k, output)
+            usage = cache.request(view, call.breakpoints, now, self.ts_end[k], response)
         else:
             usage = Usage(view.total, 0, 0, 0)
-        flags = call.flags
         if self.observe is not None:
             self.observe(self.index, k, view, call, usage)
-        row = (
+        flags = call.flags
+        pending = self.pending
+        cum = view.cum
+        row: tuple[Any, ...] = (
             self.trace,
-            self.session.id,
+            self.session_id,
             self.index,
             k,
             self.seq,
@@ -252,20 +294,25 @@ class _SessionEngine(Emitter):
             call.stage,
             now,
             self.model_names[k],
-            view.total,
+            cum[-1] if cum else 0,
             *usage,
             output,
             flags.get("overflow", False) if flags else False,
             flags.get("breaker_trip", False) if flags else False,
             self.threshold,
             self.blocking,
-            len(self.pending),
-            sum(e.tokens_removed for e in self.pending) if self.pending else 0,
+            len(pending),
+            sum(e.tokens_removed for e in pending) if pending else 0,
         )
-        self.rows.append(row if extra is None else (*row, *extra))
-        if self.pending:
+        if extra is not None:
+            row = (*row, *extra)
+        loss = self.loss
+        if loss is not None:  # resent_tokens is computed for whole columns, in `replay`
+            row = (*row, *loss.facts(k, view, call))
+        self.rows.append(row)
+        if pending:
             if self.edit_rows is not None:
-                trace, session, index, seq = self.trace, self.session.id, self.index, self.seq
+                trace, session, index, seq = self.trace, self.session_id, self.index, self.seq
                 self.edit_rows.extend(
                     (
                         trace,
@@ -278,7 +325,7 @@ class _SessionEngine(Emitter):
                         e.tokens_removed,
                         e.breaks_prefix,
                     )
-                    for e in self.pending
+                    for e in pending
                 )
             self.pending = []
         self.seq += 1
@@ -316,9 +363,10 @@ def replay_session(
     observe: Observer | None = None,
     edits: list[Any] | None = None,
     fmt: str = "",
+    loss: bool = False,
 ) -> None:
-    """Replay one session of a trace of format `fmt`, appending its rows (and its edits'
-    rows to `edits`)."""
+    """Replay one session of a trace of format `fmt`, appending its rows (with the loss
+    proxies when `loss`; its edits' rows to `edits`)."""
     n = session.n_requests
     if n == 0:
         return
@@ -338,14 +386,19 @@ def replay_session(
     engine.observe = observe
     engine.loop = loop
     engine.edit_rows = edits
+    if loss:
+        history = ctx.history
+        engine.loss = SessionLoss(replayed, history.hashes, history.tokens, loop)
+    step, limits_of = state.step, state.limits
     for k in range(n):
         engine.k = k
         engine.seq = 0
-        limits = state.limits()
-        engine.threshold, engine.blocking = (
-            (limits.threshold, limits.blocking) if limits is not None else (None, None)
-        )
-        state.step(k, engine)
+        limits = limits_of()
+        if limits is None:
+            engine.threshold = engine.blocking = None
+        else:
+            engine.threshold, engine.blocking = limits.threshold, limits.blocking
+        step(k, engine)
 
 
 def replay(
@@ -355,9 +408,11 @@ def replay(
     prices: PriceBook | None = None,
     observe: Observer | None = None,
     edits: list[Any] | None = None,
+    loss: bool = False,
 ) -> pl.DataFrame:
-    """Every session of every trace under `policy`: one row per call, priced. Given a list
-    `edits`, the policy's edits (EDIT_SCHEMA tuples) are appended to it."""
+    """Every session of every trace under `policy`: one row per call, priced, with the
+    loss proxies (simulator/loss.py LOSS_SCHEMA, the last columns) when `loss`. Given a
+    list `edits`, the policy's edits (EDIT_SCHEMA tuples) are appended to it."""
     opts = options or ReplayOptions()
     rows: list[Any] = []
     # Replay allocates many short-lived objects and no cycles: the cyclic collector would
@@ -367,12 +422,17 @@ def replay(
     try:
         for name, trace in traces:
             for i, session in enumerate(trace.sessions):
-                replay_session(name, i, session, policy, opts, rows, observe, edits, trace.format)
+                replay_session(
+                    name, i, session, policy, opts, rows, observe, edits, trace.format, loss
+                )
     finally:
         if collecting:
             gc.enable()
     schema = {**ROW_SCHEMA, **REFETCH_SCHEMA} if opts.refetch else ROW_SCHEMA
-    columns, data = _columns(rows, schema, policy)
+    row_schema = {**schema, **LOSS_FACTS} if loss else schema
+    columns, data = _columns(rows, row_schema, policy)
+    # The loss proxies go last, after the dollars (requests.parquet's column order).
+    lost = {c: data.pop(c) for c in LOSS_FACTS} if loss else {}
     n = len(rows)
     names = list(schema)
     counts = {
@@ -392,6 +452,11 @@ def replay(
         data["refetch_cost"] = pl.Series(
             "refetch_cost", np.where(inserted, total, 0.0), pl.Float64, nan_to_null=True
         )
+    if loss:  # on rows after a compaction, the prompt tokens not read from the cache
+        after = lost["after_compaction"].to_numpy()
+        fresh = counts["uncached_input"] + counts["cache_write_5m"] + counts["cache_write_1h"]
+        lost["resent_tokens"] = pl.Series("resent_tokens", np.where(after, fresh, 0), pl.Int64)
+        data.update((c, lost[c]) for c in LOSS_SCHEMA)
     return pl.DataFrame(data)
 
 

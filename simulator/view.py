@@ -33,6 +33,18 @@ import numpy.typing as npt
 FIVE_MINUTES = 5 * 60 * 1000
 ONE_HOUR = 60 * 60 * 1000
 
+# Two facts of the API that a policy places its markers by, so they live beside Breakpoint.
+
+#: Anthropic accepts at most this many cache_control markers per request.
+MAX_BREAKPOINTS = 4
+
+#: How many items before a breakpoint the lookup checks for a live entry ("up to
+#: approximately 20 blocks before your explicit breakpoint", Anthropic's prompt-caching
+#: documentation): a request adding more items than this after its last read entry misses,
+#: unless a marker of its own is nearer (policies/as_recorded.py: Claude Code marks the last
+#: two messages).
+ANTHROPIC_LOOKBACK = 20
+
 
 class Breakpoint(NamedTuple):
     """A cache marker a request puts on an item: the prefix through it may be cached.

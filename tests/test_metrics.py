@@ -36,7 +36,6 @@ import polars as pl
 import pytest
 from report_helpers import RATES, SONNET, T0, Toy, replayed, trace_a, trace_b
 
-from simulator import loss
 from simulator import policy as registry
 from simulator.frames import (
     LOSS_SCHEMA,
@@ -161,25 +160,6 @@ def test_the_observer_changes_no_engine_column() -> None:
         observed = replayed(traces, policy)
         assert observed.columns == [*plain.columns, *LOSS_SCHEMA]
         assert observed.select(plain.columns).equals(plain)
-
-
-def test_a_misaligned_replay_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = loss.replay
-
-    def short(*args: Any, **kwargs: Any) -> pl.DataFrame:
-        return real(*args, **kwargs).head(2)
-
-    monkeypatch.setattr(loss, "replay", short)
-    with pytest.raises(loss.LossPassError, match="observed 7 calls"):
-        replayed([("a", trace_a())], Toy())
-
-    def shifted(*args: Any, **kwargs: Any) -> pl.DataFrame:
-        frame = real(*args, **kwargs)
-        return frame.with_columns(pl.col("context_tokens") + 1)
-
-    monkeypatch.setattr(loss, "replay", shifted)
-    with pytest.raises(loss.LossPassError, match="differs from the replay's row"):
-        replayed([("a", trace_a())], Toy())
 
 
 def _session_a() -> dict[str, Any]:
@@ -375,8 +355,7 @@ def test_every_documented_column_is_tested_and_every_column_documented(
 
 
 def test_the_loss_pass_lines_up_with_every_registered_policy() -> None:
-    """Every call any registered policy makes on the samples is observed and matches its
-    row (replay_with_loss raises LossPassError otherwise); proxies stay within bounds."""
+    """Every registered policy's loss proxies on the samples stay within bounds."""
     from traces.load import load
 
     samples = Path(__file__).resolve().parents[1] / "traces" / "samples"

@@ -225,6 +225,7 @@ def test_codex_presets_by_cli_version(version: str, expected: tuple[Any, ...]) -
     codex_rs = expected[7] == "codex"  # 0.118+: the rules read from codex-rs
     assert params["kept_as_text"] == params["limit_of_raw_window"] == codex_rs
     assert params["apply_unlogged_edits"] == codex_rs
+    assert params["restored_reasoning_uncounted"] == codex_rs
     assert not params["count_dropped_reasoning"]
     assert params["reasoning_estimate_factor"] == 1.2
 
@@ -766,6 +767,38 @@ def test_codex_reasoning_of_earlier_turns_is_forgotten_at_a_compaction() -> None
     frame = run(s, "codex", params)
     assert compactions(frame) == [(3, "compact")]
     assert contexts(frame)[3:] == [15_080, 16_180, 21_280]
+
+
+@pytest.mark.parametrize(
+    ("restored", "uncounted", "made"),
+    [
+        # no resume: k3 17,200 + 100 + 5,000 + 1.2 x 10,000 = 34,300, over 30,000
+        ([], True, [(3, "compact")]),
+        # resumed at k0: response 0 reasoned after it, so its reasoning counts as before
+        ([0], True, [(3, "compact")]),
+        # resumed at k1 or k3: response 0's reasoning predates it: k3 22,300, under it
+        ([1], True, []),
+        ([3], True, []),
+        # the rule off: the resume changes nothing
+        ([1], False, [(3, "compact")]),
+    ],
+)
+def test_codex_leaves_out_the_reasoning_before_a_resume_from_a_rewritten_rollout(
+    restored: list[int], uncounted: bool, made: list[Any]
+) -> None:
+    """`_reasoning_turns(True)` under Codex's count (limit 30,000) with `restored_at` set:
+    the reasoning recorded before a resume from a rewritten copy lost its encrypted
+    content, so codex-rs no longer counts it (PRESETS, policies/peers/codex.py)."""
+    trace = _reasoning_turns(True).trace()
+    trace.sessions[0].restored_at = restored
+    params = {
+        "summary_tokens": SUMMARY,
+        "model_auto_compact_token_limit": 30_000,
+        "trigger_count": "codex",
+        "restored_reasoning_uncounted": uncounted,
+    }
+    frame = replay([("t", trace)], policy.build("codex", params))
+    assert compactions(frame) == made
 
 
 @pytest.mark.parametrize(("raw", "first", "limit"), [(False, 7, 81_225), (True, 8, 85_500)])

@@ -302,3 +302,117 @@ def test_stripped_block_compacted_away_leaves_the_view() -> None:
         # is gone from the prefix, so nothing is read and 2,300 is written.
         (2300, 0, 0, 2300, 0),
     ]
+
+
+# -- the loss columns against a from-scratch recount -----------------------------------------
+
+
+class _Recount:
+    """The loss proxies of reports/METRICS.md recomputed from the whole view of every call
+    (the engine's observer hook), with nothing kept between calls but what the definitions
+    need (the artifacts at the last request row, the compaction calls of this request): the
+    twin of simulator/loss.py's running totals."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.rows: list[tuple[int, int, int, int, bool, int]] = []
+        self.index = -1
+        self.seen: set[int] = set()
+        self.summarized: list[tuple[int, int]] = []
+
+    def __call__(self, index: int, k: int, view: Any, call: Any, usage: Any) -> None:
+        session = self.trace.sessions[index]
+        if index != self.index:
+            self.index, self.seen, self.summarized = index, set(), []
+        b = session.blocks
+        flags = b["flags"].astype(np.int64)
+        artifact = (flags & int(Flag.ARTIFACT)) != 0
+        human = ((flags & int(Flag.HUMAN)) != 0) & ~artifact
+        visible = (b["first_request"] <= k) & (k < b["hidden_from"])
+        human_tokens = int(b["tokens"][human & visible].sum())
+        hashes, tokens = b["hash"].astype(np.uint64).tolist(), b["tokens"].tolist()
+        items = list(zip(view.ids, view.hashes, view.tokens, strict=True))
+        verbatim = {i for i, h, t in items if i >= 0 and h == hashes[i] and t == tokens[i]}
+        kept = sum(t for i, h, t in items if i in verbatim and human[i] and h == hashes[i])
+        inserted = sum(t for i, _, t in items if i < 0) - session.prefix_tokens
+        summary = sum(t for i, _, t in items if i >= 0 and artifact[i]) + max(0, inserted)
+        stale, after = 0, False
+        if call.kind == "request":
+            path, kind, origin = b["path_hash"], b["kind"], b["origin"]
+            read = (
+                (kind == int(Kind.TOOL_RESULT))
+                & ((flags & int(Flag.PATH_READ)) != 0)
+                & ((flags & int(Flag.ERROR)) == 0)
+                & ~artifact
+            )
+            use = (kind == int(Kind.TOOL_USE)) & (path != 0) & (origin == k) & ~artifact
+            for block in np.flatnonzero(use).tolist():
+                older = np.flatnonzero(read & visible & (path == path[block]))
+                older = older[older < block]
+                stale += bool(older.size) and int(older[-1]) not in verbatim
+            chains = view.chains
+            after = any(p >= len(chains) or chains[p] != c for p, c in self.summarized)
+            in_view = {i for i, _, _ in items if i >= 0 and artifact[i]}
+            after = after or bool(in_view - self.seen)
+            self.seen, self.summarized = in_view, []
+        elif call.kind == "compaction" and len(view.chains) >= 2:
+            self.summarized.append((len(view.chains) - 2, view.chains[-2]))
+        resent = usage[0] + usage[2] + usage[3] if after else 0
+        self.rows.append((human_tokens, kept, summary, stale, after, resent))
+
+
+LOSS_COLUMNS = [
+    "human_tokens",
+    "human_verbatim_tokens",
+    "summary_tokens",
+    "stale_file_refs",
+    "after_compaction",
+    "resent_tokens",
+]
+
+
+def _check_loss_recount(traces: list[tuple[str, Trace]], name: str, params: Any = None) -> None:
+    for label, trace in traces:
+        recount = _Recount(trace)
+        frame = replay([(label, trace)], policy.build(name, params), observe=recount, loss=True)
+        assert frame.columns[-len(LOSS_COLUMNS) :] == LOSS_COLUMNS
+        assert frame.select(LOSS_COLUMNS).rows() == recount.rows, (name, label)
+
+
+#: Every Claude Code stage on: the stages that rewrite the middle of the view (clearing,
+#: snip, collapse) as well as compaction calls.
+ALL_STAGES = {
+    "budget.per_message.enabled": True,
+    "snip.enabled": True,
+    "microcompact.time_based.enabled": True,
+    "microcompact.cached.enabled": True,
+    "autocompact.session_memory.enabled": True,
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces())
+def test_loss_columns_equal_a_recount_on_random_sessions(trace: Trace) -> None:
+    """Recorded compactions and artifacts (as-recorded), policies that compact and mask:
+    the running totals give what a recount of each view gives."""
+    for name, params in (
+        ("as-recorded", None),
+        ("claude-code", ALL_STAGES),
+        ("masking", None),
+    ):
+        _check_loss_recount([("t", trace)], name, params)
+
+
+def test_loss_columns_equal_a_recount_under_every_policy_on_the_samples() -> None:
+    """The samples have file reads and uses (stale references) and recorded compactions;
+    every registered policy, and Claude Code with every stage on."""
+    from pathlib import Path
+
+    from traces.load import load
+
+    samples = Path(__file__).resolve().parents[1] / "traces" / "samples"
+    named = [(item.name, item.trace) for item in load([samples])]
+    for name in policy.names():
+        _check_loss_recount(named, name)
+    _check_loss_recount(named, "claude-code", ALL_STAGES)
+    _check_loss_recount(named, "claude-code", {**ALL_STAGES, "collapse.enabled": True})

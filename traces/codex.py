@@ -101,7 +101,8 @@ messages it also logs, and ``inter_agent_communication_metadata``): skipped and 
 ``entries_not_context`` whatever their name, so a new one never stops an import. Unknown
 ``response_item`` types are reported: they may be context (``ghost_snapshot`` and
 ``compaction`` items are client bookkeeping: counted, not blocks). A line holding two
-entries back to back is read as both (`joined_entries`, counted in ``lines_joined``).
+entries back to back is read as both (`joined_entries`, counted in ``lines_joined``): it
+marks a resume of a rewritten copy, whose first request is in `Session.restored_at`.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ import json
 import posixpath
 import re
 import shlex
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -282,9 +284,17 @@ def usage_from_openai(usage: Mapping[str, Any]) -> RecordedUsage:
 def joined_entries(raw: bytes) -> list[Any] | None:
     """The entries of a line holding several JSON objects back to back, else None.
 
-    Found in a real 0.118 rollout: a write cut off before its newline is followed, when the
-    session resumes, by the next entry on the same line. Both entries are whole, so both are
-    read (and counted in ``lines_joined``); anything else on the line keeps it invalid.
+    Found in a real 0.118 rollout (git-sync 019d6d29): a whole entry without its newline,
+    then, 94 minutes later, the next entry on the same line. Codex never writes that
+    (codex-rs JsonlWriter.write_line writes each entry and its newline in one write); the
+    copy of a rollout that Entire's ``entire resume`` writes back does (entireio/cli#878,
+    merged 2026-04-08, the session's day: the restored rollout goes through
+    SanitizePortableTranscript, which deletes the ``encrypted_content`` of every reasoning
+    item and joins the lines without a final newline), and Codex 0.118 appends to it as
+    is (later codex-rs adds the missing newline first, ensure_rollout_is_newline_terminated:
+    there such a resume leaves no mark). Both entries are whole, so both are read (counted
+    in ``lines_joined``), and the first request at or after the second one is in
+    `Session.restored_at`; anything else on the line keeps it invalid.
     """
     try:
         text = raw.decode("utf-8")
@@ -572,6 +582,8 @@ class _RolloutReader:
         self.task_items: int | None = None  # response items since the last task_started
         self.windows: dict[str, int] = {}  # model -> the first model_context_window logged
         self.window_last: dict[str, int] = {}  # model -> the latest one
+        #: Times of the first entry after each joined line: a resume of a rewritten copy.
+        self.restored_ts: list[int] = []
         self._parse(data)
 
     # -- driver -------------------------------------------------------------------------
@@ -598,6 +610,9 @@ class _RolloutReader:
                     continue
                 self.stats["lines_joined"] += 1
                 entries = joined
+                resumed = entries[1].get("timestamp")
+                if isinstance(resumed, str) and (ts := parse_ts(resumed)) is not None:
+                    self.restored_ts.append(ts)
             for entry in entries:
                 self._entry(lineno, entry)
 
@@ -1174,6 +1189,10 @@ class _RolloutReader:
         session = self.b.finish(token_cache)
         if self.windows:
             session.context_windows = [self.windows.get(m, -1) for m in session.models]
+        times = [req.ts for req in self.requests]
+        session.restored_at = sorted(
+            {k for t in self.restored_ts if (k := bisect_left(times, t)) < len(times)}
+        )
         add_counts(self.stats, self.b.stats)
         return session
 

@@ -202,6 +202,7 @@ def _meta(trace: Trace) -> bytes:
             "n_blocks": len(s.blocks),
             "n_requests": len(s.requests),
             **_context_windows_meta(s.context_windows),
+            **_restored_meta(s.restored_at),
         }
         for s in trace.sessions
     ]
@@ -314,6 +315,7 @@ def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> 
             requests=Columns(REQUEST_COLUMNS, r),
             events=s["events"],
             context_windows=s["context_windows"],
+            restored_at=s["restored_at"],
         )
         for s, b, r in zip(sessions_meta, blocks, requests, strict=True)
     ]
@@ -447,6 +449,28 @@ def _context_windows(s: dict[str, Any], where: str, label: str) -> list[int]:
     return list(v)
 
 
+def _restored_meta(restored: list[int]) -> dict[str, list[int]]:
+    """A session's `restored_at` entry: absent when the client never resumed a rewritten
+    rollout (every session but a few), so other compiled files are unchanged."""
+    return {"restored_at": [operator.index(k) for k in restored]} if restored else {}
+
+
+def _restored_at(s: dict[str, Any], where: str, label: str) -> list[int]:
+    """A session's optional `restored_at`: ascending request indices within the session."""
+    if "restored_at" not in s:
+        return []
+    v = s["restored_at"]
+    n = s.get("n_requests", 0)
+    if (
+        not isinstance(v, list)
+        or not all(isinstance(k, int) and not isinstance(k, bool) for k in v)
+        or any(not 0 <= k < n for k in v)
+        or v != sorted(set(v))
+    ):
+        raise _fail(label, f"{where}restored_at is not ascending request indices")
+    return list(v)
+
+
 def _call_usage_meta(usage: tuple[int, int, int, int, int] | None) -> dict[str, list[int]]:
     """An event's `call_usage` entry: absent when the recording logged no compaction call."""
     return {} if usage is None else {"call_usage": [operator.index(v) for v in usage]}
@@ -522,6 +546,7 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
             "n_blocks": _int(s, "n_blocks", where, label),
             "n_requests": _int(s, "n_requests", where, label),
             "context_windows": _context_windows(s, where, label),
+            "restored_at": _restored_at(s, where, label),
         }
         if not (0 <= session["n_blocks"] < 2**31 and 0 <= session["n_requests"] < 2**31):
             raise _fail(

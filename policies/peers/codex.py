@@ -142,6 +142,11 @@ class CodexSession(ConversationSession):
         #: in progress (`reasoning_open`) and of the turns before it (`reasoning_closed`).
         self.reasoning_open = 0
         self.reasoning_closed = 0
+        #: Requests sent first after a resume from a rewritten rollout (`PRESETS`): the
+        #: reasoning recorded before each leaves Codex's count.
+        self.restored: set[int] = (
+            set(ctx.session.restored_at) if params["restored_reasoning_uncounted"] else set()
+        )
         #: Request -> blocks Codex dropped there without logging it (`apply_unlogged_edits`).
         self.unlogged: dict[int, list[int]] = {}
         if params["apply_unlogged_edits"]:
@@ -217,6 +222,8 @@ class CodexSession(ConversationSession):
             self.conv.remove_blocks(set(self.unlogged[k]))
         if self.codex_count_on:
             self.reasoning_open += self.reasoning_of.get(k - 1, 0)
+            if k in self.restored:  # rebuilt without encrypted content: never counted again
+                self.reasoning_open = self.reasoning_closed = 0
         if self.count_dropped:
             kinds, tokens = self.conv.kinds, self.ctx.session.blocks["tokens"]
             self.dropped += sum(
@@ -414,21 +421,47 @@ REASONING_ESTIMATE_FACTOR = 1.2
 #:   Read in codex-rs main (2026: context_manager/history.rs, session/turn.rs,
 #:   protocol openai_models.rs); the two PRs that made the count so are older than 0.118
 #:   (#7113 2025-11, #11132 2026-02; git-sync's 0.118 rollouts are of 2026-04); at the
-#:   fitted factor 3 of 0.118's 4 compactions fall within one request, 14 of 0.140-0.144's
+#:   fitted factor 4 of 0.118's 4 compactions fall within one request, 14 of 0.140-0.144's
 #:   15 (the earlier rule, which left 0.118's reasoning out, was chosen on git-sync alone).
-#:   codex-rs sizes a reasoning item by its encrypted content (3/4 of its base64 length
-#:   less 650 bytes, /4), which the rollouts redact; here it is the recorded reasoning
-#:   tokens times `reasoning_estimate_factor`, fitted on the 19 recorded automatic
-#:   compactions (grid 1.00-1.60 by 0.05, `python -m simulator.app.measure.codex_compactions
-#:   ../shared/traces/codex --fit`): 1.2 and 1.25 compact within one request of 17 of 19,
-#:   1.0 13, 1.5 12; 1.2 taken (the middle of the tie, the lower of two). Leave-one-
-#:   source-out: agentv held out 1.2 (12 of 12), fnox 1.2 (1 of 1), git-sync 1.15 (2 of
-#:   4), hk 1.2 (1 of 2): 16 of 19. If the 650 bytes are the ciphertext's fixed part,
-#:   1.2 is 4.8 decoded bytes per reasoning token, the order of the 4.9-5.0 bytes of
-#:   encrypted content per reasoning token UKGovernmentBEIS/inspect_ai#3809 measured (it
-#:   does not say whether before or after base64). The earlier rule (the harness
-#:   estimate of the next request, the dropped reasoning at its recorded size, 0.935 of
-#:   the logged window) had 12 of 19 in sample, 8 held out.
+#:   codex-rs sizes a reasoning item by its encrypted content (3/4 of its base64 length less
+#:   650 bytes, /4), which the 2026 rollouts redact; here it is the recorded reasoning tokens
+#:   times `reasoning_estimate_factor`, fitted on the 19 recorded automatic compactions (grid
+#:   1.00-1.60 by 0.05, `python -m simulator.app.measure.codex_compactions
+#:   ../shared/traces/codex --fit`; with the resume rule below): 1.2 and 1.25 compact within
+#:   one request of 18 of 19, 1.1-1.15 17, 1.3 16, 1.0 14, 1.4-1.6 11-12 (hk's two only at
+#:   1.5-1.55); 1.2 taken (the middle of the tie, the lower of two). Leave-one-source-out:
+#:   agentv held out 1.2 (12 of 12), fnox 1.2 (1 of 1), git-sync 1.15 (3 of 4), hk 1.2 (1 of
+#:   2): 17 of 19. The 71 reasoning items of agentic-neurodata (0.40-0.42, gpt-5-codex), whose
+#:   rollouts keep the encrypted content, give the same slope: codex-rs's estimate of them is
+#:   26 + 1.15 x their reasoning tokens (least squares; 1.19 x on the 14 of 256 tokens or
+#:   more); if the 650 bytes are the ciphertext's fixed part, 1.2 is 4.8 decoded bytes per
+#:   token, near the 4.9-5.0 UKGovernmentBEIS/inspect_ai#3809 measured. Booking those 26 tokens
+#:   per item as well (at 1.2) moved agentv 115 and git-sync 173 2 and 4 requests early and
+#:   left hk at 134 (15 of 19): not used. The earlier rule (the harness estimate of the next
+#:   request, the dropped reasoning at its recorded size, 0.935 of the logged window) had 12 of
+#:   19 in sample, 8 held out.
+#: * A resume from a rewritten rollout (0.118+, `restored_reasoning_uncounted`): codex-rs
+#:   rebuilds the history of a resumed thread from its rollout (rollout_reconstruction.rs
+#:   `reconstruct_history_from_rollout`) and restores the last token count from it
+#:   (`last_token_info_from_rollout`), and `get_non_last_reasoning_items_tokens` sizes only
+#:   reasoning items with ``encrypted_content: Some(_)``. Codex's own rollout keeps that
+#:   content (the 0.40-0.42 rollouts of agentic-neurodata hold it; the 2026 ones were published
+#:   through Entire, which strips it or writes REDACTED, whatever the version), but the copy
+#:   Entire's ``entire resume`` writes back does not (entireio/cli#878, 2026-04-08:
+#:   SanitizePortableTranscript deletes it from every reasoning item), so after such a resume
+#:   the reasoning recorded before it never counts again; what the model reasons afterwards
+#:   does. The reader marks those resumes (`Session.restored_at`, from the line the copy leaves
+#:   without a final newline: traces/codex.py `joined_entries`). One session of
+#:   shared/traces/codex has one: git-sync 019d6d29 (0.118, recorded the day the PR was
+#:   merged), resumed at request 232 after 94 minutes with 13.8k tokens of earlier turns'
+#:   reasoning and 0.8k of the turn before in the count: with them the preset compacted at 324
+#:   for the recorded 351, without them at 351. Codex's own resumes (fnox 019f1f6f and hk
+#:   019f5cfd re-log ``session_meta`` 6 and 12 times, VS Code) keep the content: their
+#:   compactions fall within one request with every earlier turn's reasoning counted. Read in
+#:   codex-rs main (2026), whose recorder also ends an unterminated rollout with a newline
+#:   before appending to it (ensure_rollout_is_newline_terminated; not in 0.118, which left the
+#:   joined line): with such a version a resume from a rewritten copy leaves no mark, and the
+#:   preset would count that reasoning.
 #: * Codex's own unlogged edits (0.118+, `apply_unlogged_edits`): Codex's count is the
 #:   server's usage, so what the client dropped without logging it (Flag.UNLOGGED, inferred
 #:   by traces/builder.py from the recorded usage) is out of it; a policy that keeps those
@@ -472,6 +505,7 @@ _V0118: dict[str, Any] = {
     "limit_of_raw_window": True,
     "trigger_count": "codex",
     "apply_unlogged_edits": True,
+    "restored_reasoning_uncounted": True,
     "compaction_call": "unrecorded",
     "initial_before_last_user": True,
     "kept_as_text": True,
@@ -583,6 +617,12 @@ PARAMS: dict[str, Param] = {
         " context); they are Codex's own edits, so Codex's count never saw them",
         "traces/builder.py infers them from the recorded usage; see `PRESETS`",
     ),
+    "restored_reasoning_uncounted": flag(
+        "Codex's count leaves out the reasoning recorded before a resume from a rewritten"
+        " rollout (Session.restored_at), whose reasoning items lost their encrypted content",
+        "codex-rs get_non_last_reasoning_items_tokens counts encrypted_content: Some only;"
+        " entireio/cli#878 strips it from restored rollouts (see `PRESETS`)",
+    ),
     "limit_of_raw_window": flag(
         "window_fraction applies to the catalog window (the logged one / window_share),"
         " not to the logged effective window",
@@ -639,6 +679,7 @@ class Codex(Policy):
         "reasoning_estimate_factor": REASONING_ESTIMATE_FACTOR,
         "limit_of_raw_window": False,
         "apply_unlogged_edits": False,
+        "restored_reasoning_uncounted": False,
         "compact_prompt_tokens": COMPACT_PROMPT_TOKENS,
         "summary_prefix_tokens": SUMMARY_PREFIX_TOKENS,
         "summary_tokens": None,  # None: drawn from the calibration (seeded)

@@ -1,11 +1,16 @@
-"""What the loss columns cost on top of the replay they observe (issue: at most 1.25x): the
-shared Claude Code corpus and a 10,000-request synthetic session, each replayed plain and
-with the loss pass, under as-recorded and claude-code. Ratios are read within one run
-(`make bench`): the machines are shared and noisy."""
+"""What the loss columns cost on top of the replay they observe (issues 11 and 16: at most
+1.25x): the shared Claude Code corpus and a 10,000-request synthetic session, each replayed
+plain and with the loss proxies (`replay_with_loss`: the engine computes them on the same
+rows, simulator/loss.py), under as-recorded and claude-code, in one test so the ratio is read
+within one run (`make bench`): the machines are shared and noisy, so the two sides run in
+turn and each is the fastest of seven rounds of process CPU time (other processes' load does
+not count), as tests/bench/test_bench_refetch.py does."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from conftest import Named
@@ -19,6 +24,7 @@ from traces.synthetic import synthetic_session
 pytestmark = pytest.mark.benchmark(group="loss")
 
 POLICIES = ("as-recorded", "claude-code")
+LIMIT = 1.25
 
 
 @pytest.fixture(scope="module")
@@ -26,22 +32,32 @@ def synthetic_10k() -> Named:
     return [("synthetic", Trace("claude-code", "s", [synthetic_session(10_000, seed=1)]))]
 
 
+def _ratio(benchmark: Any, traces: Named, name: str, rounds: int = 7) -> None:
+    """Plain and with loss timed in turn, `rounds` times each: the fastest of each, in CPU
+    seconds of this process."""
+    built = policy.build(name)
+    prices = default_prices()
+    best = {"plain": float("inf"), "loss": float("inf")}
+    for _ in range(rounds):
+        for side, run in (("plain", replay), ("loss", replay_with_loss)):
+            start = time.process_time()
+            run(traces, built, prices=prices)
+            best[side] = min(best[side], time.process_time() - start)
+    benchmark.pedantic(replay_with_loss, args=(traces, built), kwargs={"prices": prices}, rounds=1)
+    ratio = best["loss"] / best["plain"]
+    benchmark.extra_info["plain_s"] = round(best["plain"], 4)
+    benchmark.extra_info["loss_s"] = round(best["loss"], 4)
+    benchmark.extra_info["ratio"] = round(ratio, 3)
+    assert ratio <= LIMIT, f"{name}: the loss columns {ratio:.2f}x the replay"
+
+
 @pytest.mark.parametrize("name", POLICIES)
-@pytest.mark.parametrize("loss", [False, True], ids=["plain", "with-loss"])
 def test_shared_claude_code_corpus(
-    benchmark, shared_corpus: Callable[[str], Named], name: str, loss: bool
+    benchmark: Any, shared_corpus: Callable[[str], Named], name: str
 ) -> None:
-    traces = shared_corpus("claude-code")
-    run = replay_with_loss if loss else replay
-    benchmark.pedantic(
-        run, args=(traces, policy.build(name)), kwargs={"prices": default_prices()}, rounds=3
-    )
+    _ratio(benchmark, shared_corpus("claude-code"), name)
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@pytest.mark.parametrize("loss", [False, True], ids=["plain", "with-loss"])
-def test_synthetic_10k(benchmark, synthetic_10k: Named, name: str, loss: bool) -> None:
-    run = replay_with_loss if loss else replay
-    benchmark.pedantic(
-        run, args=(synthetic_10k, policy.build(name)), kwargs={"prices": default_prices()}, rounds=3
-    )
+def test_synthetic_10k(benchmark: Any, synthetic_10k: Named, name: str) -> None:
+    _ratio(benchmark, synthetic_10k, name)
