@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date
 from importlib.metadata import PackageNotFoundError
@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from simulator.loss import LOSS_SCHEMA
 from simulator.model import Trace
 from simulator.policy import PolicySpec
 from simulator.pricing import PriceBook
@@ -53,17 +54,9 @@ REQUEST_ORDER = ("trace", "session_index", "request", "call", "policy", "params_
 SESSION_KEYS = ("trace", "session_index", "session", "policy", "params_hash")
 TOKEN_COLUMNS = ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output")
 
-#: Loss proxies of a request row: what the view no longer holds (reports/METRICS.md). The
-#: replay engine does not emit them yet; simulator/loss.py adds them to each policy's frame
-#: by observing the same views. A frame without them gives null loss summaries.
-LOSS_SCHEMA: dict[str, Any] = {
-    "human_tokens": pl.Int64,
-    "human_verbatim_tokens": pl.Int64,
-    "summary_tokens": pl.Int64,
-    "stale_file_refs": pl.Int64,
-    "after_compaction": pl.Boolean,
-    "resent_tokens": pl.Int64,
-}
+#: Loss proxies of a request row (simulator/loss.py LOSS_SCHEMA, emitted by the engine on
+#: the same rows: what the view no longer holds, reports/METRICS.md). A frame without them
+#: gives null loss summaries.
 #: The loss figures of a session or run summary, each derived from the columns above.
 LOSS_SUMMARY = (
     "human_verbatim_share",
@@ -235,11 +228,167 @@ def bill_failed(frame: pl.DataFrame) -> pl.DataFrame:
     return out.select(order)
 
 
-def request_rows(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
-    """All policies' replay frames as one frame, in the canonical row order, as written."""
+class RowParts:
+    """A run's replay rows as they are made (one frame per policy spec and trace), held
+    compact and handed over to `build_run`, which takes them out as it builds the run's
+    frame.
+
+    Issue 16: a run held its rows three times at the end (the per-policy frames, their
+    concatenation and its sorted copy) and the recorded usage priced in full beside them:
+    1,168 bytes of peak memory per request at 1M synthetic requests under claude-code
+    (tests/bench/test_bench_memory.py). Here each part is kept compact while the replay
+    goes on (text columns as Categorical, integer columns whose values fit as Int32: 410
+    -> 222 bytes a row on that corpus), and `build_run` moves them out into the run's
+    frame without a sort (`in_order`): 622 bytes per request, measured in the same tree.
+    Memory polars frees is kept by its allocator for reuse rather than returned, so a
+    part freed late still counts: holding it small is what lowers the peak. Compacting
+    changes no value: `take` and `in_order` cast every column back to its dtype.
+    """
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[pl.Schema, pl.DataFrame]] = []
+
+    def add(self, frame: pl.DataFrame) -> None:
+        """Keep a policy's replay rows (failed calls billed nothing: `bill_failed`)."""
+        billed = bill_failed(frame)
+        self._parts.append((billed.schema, compact(billed)))
+
+    def take(self) -> list[pl.DataFrame]:
+        """The frames added so far, as they were added, forgotten here."""
+        return [restored(frame, schema) for schema, frame in self.take_compact()]
+
+    def take_compact(self) -> list[tuple[pl.Schema, pl.DataFrame]]:
+        """(schema as added, compact frame) of every frame added so far, forgotten here."""
+        parts, self._parts = self._parts, []
+        return parts
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def compact(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame in fewer bytes and the same values: text columns as Categorical (a row's
+    16-byte view becomes a 4-byte code), Int64 columns whose values all fit as Int32."""
+    ints = [c for c, t in frame.schema.items() if t == pl.Int64]
+    narrow = set()
+    if ints and frame.height:
+        bounds = frame.select(
+            *(pl.col(c).min().alias(f"{c}\0min") for c in ints),
+            *(pl.col(c).max().alias(f"{c}\0max") for c in ints),
+        ).row(0, named=True)
+        for c in ints:
+            low, high = bounds[f"{c}\0min"], bounds[f"{c}\0max"]
+            if low is None or (_INT32[0] <= low and high <= _INT32[1]):
+                narrow.add(c)
+    return frame.with_columns(
+        *(pl.col(c).cast(pl.Int32) for c in narrow),
+        pl.col(pl.String).cast(pl.Categorical),
+    )
+
+
+def restored(frame: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
+    """A `compact` frame with every column back in the dtype of `schema`."""
+    return frame.with_columns(
+        pl.col(c).cast(schema[c]) for c, t in frame.schema.items() if schema[c] != t
+    )
+
+
+def request_rows(frames: Sequence[pl.DataFrame] | RowParts) -> pl.DataFrame:
+    """All policies' replay frames as one frame, in the canonical row order, as written.
+
+    The same frame as concatenating them and sorting by REQUEST_ORDER (`in_order`), built
+    with no sort where the rows are in order already."""
+    if isinstance(frames, RowParts):
+        return as_written(_take_in_order(frames))
     if not frames:
         raise ValueError("no replay frames")
-    return as_written(pl.concat(list(frames), how="vertical").sort(list(REQUEST_ORDER)))
+    return as_written(in_order([(f.schema, f) for f in frames]))
+
+
+def _take_in_order(parts: RowParts) -> pl.DataFrame:
+    taken = parts.take_compact()
+    if not taken:
+        raise ValueError("no replay frames")
+    return in_order(taken)
+
+
+def in_order(parts: list[tuple[pl.Schema, pl.DataFrame]]) -> pl.DataFrame:
+    """`pl.concat(frames).sort(REQUEST_ORDER)` of (schema, frame or its `compact` form)
+    pairs, as one contiguous frame of the schemas' dtypes; empties `parts`.
+
+    The engine writes a trace's rows in (session_index, request, call) order, one trace
+    and one policy spec at a time (simulator/replay.py), so the total order is almost
+    always the parts' traces put in name order: each part is cut into its traces' runs
+    (zero-copy slices), a trace met in one slice whose rows are strictly ordered is taken
+    as it is (a check, not a sort), and a trace met in several slices (several policy
+    specs, whose rows interleave call by call) gets the permutation that sorts its keys.
+    The frame is then built one column at a time, each column dropped from the slices
+    once copied, so no second whole copy of the rows is made. It is contiguous, as the
+    sort's was: polars sums a Float64 column split in chunks chunk by chunk, and the
+    session dollars would differ in the last bits. Parts of unequal schemas, or rows with
+    a null key, take the plain concat and sort (the same result, the same errors)."""
+    schema = parts[0][0]
+    if not _joinable(parts):
+        frames = [restored(f, s) for s, f in parts]
+        parts.clear()
+        return pl.concat(frames, how="vertical").sort(list(REQUEST_ORDER))
+    by_trace: dict[str, list[pl.DataFrame]] = {}
+    while parts:
+        _, part = parts.pop(0)
+        runs = part.select(pl.col("trace").cast(pl.String).rle()).to_series().struct.unnest()
+        offset = 0
+        for length, name in zip(runs["len"].to_list(), runs["value"].to_list(), strict=True):
+            by_trace.setdefault(name, []).append(part.slice(offset, length))
+            offset += length
+        del part
+    keys = list(REQUEST_ORDER[1:])
+    groups: list[tuple[list[pl.DataFrame], pl.Series | None]] = []
+    for name in sorted(by_trace):
+        slices = by_trace.pop(name)
+        key_rows = pl.concat([restored(s.select(keys), schema) for s in slices], how="vertical")
+        order = None
+        if not _strictly_ordered(key_rows, keys):
+            order = key_rows.select(pl.arg_sort_by(keys, maintain_order=True)).to_series()
+        groups.append((slices, order))
+    columns = []
+    for column, dtype in schema.items():
+        pieces = []
+        for slices, order in groups:
+            cast = [s.get_column(column).cast(dtype) for s in slices]
+            piece = cast[0] if len(cast) == 1 else pl.concat(cast)
+            pieces.append(piece if order is None else piece.gather(order))
+        columns.append(pl.concat(pieces).rechunk().alias(column))
+        del pieces
+        groups = [([s.drop(column) for s in slices], order) for slices, order in groups]
+    return pl.DataFrame(columns)
+
+
+def _joinable(parts: list[tuple[pl.Schema, pl.DataFrame]]) -> bool:
+    """Whether `in_order` may cut and join the parts: equal schemas, at least one row, no
+    null key (the plain sort's place for nulls is not worth copying)."""
+    schema = parts[0][0]
+    if any(s != schema for s, _ in parts) or not all(k in schema for k in REQUEST_ORDER):
+        return False
+    if sum(f.height for _, f in parts) == 0:
+        return False
+    nulls = pl.any_horizontal(pl.col(list(REQUEST_ORDER)).is_null().any())
+    return not any(f.select(nulls).item() for _, f in parts)
+
+
+def _strictly_ordered(frame: pl.DataFrame, keys: Sequence[str]) -> bool:
+    """Whether every row's key is strictly above the previous row's (lexicographically,
+    as polars sorts: numbers by value, strings by their UTF-8 bytes)."""
+    if frame.height < 2:
+        return True
+    above: pl.Expr | None = None
+    for key in reversed(keys):
+        col, prev = pl.col(key), pl.col(key).shift(1)
+        above = col > prev if above is None else (col > prev) | ((col == prev) & above)
+    assert above is not None
+    return bool(frame.select(above.slice(1).all()).item())
 
 
 def edit_rows(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
@@ -441,7 +590,7 @@ class RunOutputs:
 
 
 def build_run(
-    frames: Sequence[pl.DataFrame],
+    frames: Sequence[pl.DataFrame] | RowParts,
     specs: Sequence[PolicySpec],
     traces: Sequence[tuple[str, Trace]],
     *,
@@ -454,15 +603,21 @@ def build_run(
     refetch: bool = False,
 ) -> RunOutputs:
     """Every output of a run, as frames and as the exact bytes to write (edits.parquet
-    when `edits` holds the policies' edit tables)."""
-    requests = request_rows([bill_failed(f) for f in frames])
+    when `edits` holds the policies' edit tables). `frames`: the replay frames, any
+    number per policy spec; RowParts are taken out (see there)."""
+    # The recordings' dollars first, while the run holds only its compact parts.
     logged = recorded_priced(traces, prices)
-    sessions = with_recorded(session_rows(requests), recorded_by_session(logged))
+    by_session, recorded = recorded_by_session(logged), _total(logged)
+    del logged
+    if isinstance(frames, RowParts):
+        requests = as_written(_take_in_order(frames))
+    else:
+        requests = request_rows([bill_failed(f) for f in frames])
+    sessions = with_recorded(session_rows(requests), by_session)
     files = {REQUESTS_FILE: parquet_bytes(requests), SESSIONS_FILE: parquet_bytes(sessions)}
     edit_table = edit_rows(edits) if edits else None
     if edit_table is not None:
         files[EDITS_FILE] = parquet_bytes(edit_table)
-    recorded = _total(logged)
     manifest: dict[str, Any] = {
         "ctxsim_version": ctxsim_version(),
         "prices": prices_version,
@@ -487,14 +642,27 @@ def build_run(
 def recorded_priced(
     traces: Sequence[tuple[str, Trace]], prices: PriceBook | None = None
 ) -> pl.DataFrame | None:
-    """Every recorded request that logged usage, priced with the run's price book (None
-    when none did): what the run summary and the session rows read the policies against."""
+    """The dollars of every recorded request that logged usage (trace, session_index,
+    cost_total), priced with the run's price book (None when none did): what the run
+    summary and the session rows read the policies against.
+
+    Priced one session at a time and only the dollars kept: pricing is per row
+    (simulator/pricing.py `price_columns`), so the values are those of pricing all rows
+    at once, without holding every recorded row and its six price columns (issue 16: 420
+    bytes per request at the peak at 1M requests). The frame is laid out as before (keys
+    in one chunk per session, `cost_total` contiguous), so its sums are the same bits."""
     from simulator.replay import add_costs
 
-    rows = recorded(traces)
-    if rows.height == 0:
+    book = prices or default_prices()
+    keys: list[pl.DataFrame] = []
+    costs: list[pl.Series] = []
+    for part in _recorded_parts(traces):
+        keys.append(part.select("trace", "session_index"))
+        costs.append(add_costs(part, book).get_column("cost_total"))
+    if not keys:
         return None
-    return add_costs(rows, prices or default_prices())
+    cost = pl.concat(costs, rechunk=True)
+    return pl.concat(keys, how="vertical").with_columns(cost.alias("cost_total"))
 
 
 def recorded_by_session(priced: pl.DataFrame | None) -> pl.DataFrame:
@@ -586,7 +754,14 @@ _RECORDED_SCHEMA: dict[str, Any] = {
 
 def recorded(traces: Sequence[tuple[str, Trace]]) -> pl.DataFrame:
     """The recorded usage of every request that has some, in replay-row vocabulary."""
-    parts: list[pl.DataFrame] = []
+    parts = list(_recorded_parts(traces))
+    if not parts:
+        return pl.DataFrame(schema=_RECORDED_SCHEMA)
+    return pl.concat(parts, how="vertical")
+
+
+def _recorded_parts(traces: Sequence[tuple[str, Trace]]) -> Iterator[pl.DataFrame]:
+    """`recorded`'s rows, one frame per session that logged usage."""
     for name, trace in traces:
         for i, session in enumerate(trace.sessions):
             r = session.requests
@@ -594,22 +769,17 @@ def recorded(traces: Sequence[tuple[str, Trace]]) -> pl.DataFrame:
             if not len(used):
                 continue
             models = np.asarray(session.models, dtype=object)[r["model"][used]]
-            parts.append(
-                pl.DataFrame(
-                    {
-                        "trace": [name] * len(used),
-                        "session_index": np.full(len(used), i, dtype=np.int32),
-                        "request": used.astype(np.int32),
-                        "model": models.tolist(),
-                        "uncached_input": r["input"][used],
-                        "cache_read": r["cache_read"][used],
-                        "cache_write_5m": r["cache_write_5m"][used],
-                        "cache_write_1h": r["cache_write_1h"][used],
-                        "output": r["output"][used],
-                    },
-                    schema=_RECORDED_SCHEMA,
-                )
+            yield pl.DataFrame(
+                {
+                    "trace": [name] * len(used),
+                    "session_index": np.full(len(used), i, dtype=np.int32),
+                    "request": used.astype(np.int32),
+                    "model": models.tolist(),
+                    "uncached_input": r["input"][used],
+                    "cache_read": r["cache_read"][used],
+                    "cache_write_5m": r["cache_write_5m"][used],
+                    "cache_write_1h": r["cache_write_1h"][used],
+                    "output": r["output"][used],
+                },
+                schema=_RECORDED_SCHEMA,
             )
-    if not parts:
-        return pl.DataFrame(schema=_RECORDED_SCHEMA)
-    return pl.concat(parts, how="vertical")

@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from simulator.frames import (
+    RowParts,
     RunOutputs,
     bill_failed,
     build_run,
@@ -82,14 +83,16 @@ def run(
     chosen = settings or RunSettings()
     book = prices or PriceBook()
     units = [(i, item) for i in range(len(policies)) for item in traces]
-    parts: list[list[pl.DataFrame]] = [[] for _ in policies]
+    # Handed over to build_run, which frees each part as it moves it (frames.RowParts).
+    frames = RowParts()
     edits: list[list[Any]] = [[] for _ in policies]
+    replayed = set()
     for i, item in progress(units) if progress is not None else units:
-        parts[i].append(rows([item], policies[i], chosen, book, edits=edits[i]))
-    frames = [
-        pl.concat(p, how="vertical") if p else rows([], policies[i], chosen, book)
-        for i, p in enumerate(parts)
-    ]
+        frames.add(rows([item], policies[i], chosen, book, edits=edits[i]))
+        replayed.add(i)
+    for i, policy in enumerate(policies):
+        if i not in replayed:  # no trace: its rows are an empty frame of the schema
+            frames.add(rows([], policy, chosen, book))
     return build_run(
         frames,
         [p.spec() for p in policies],

@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from scripted import Script, usage
 
 from policies.base import ConversationSession
-from simulator.app.measure import refetch_measure
 from simulator import policy as registry
 from simulator.app import api
 from simulator.app.cli import main
+from simulator.app.measure import refetch_measure
 from simulator.frames import bill_failed
 from simulator.loss import replay_with_loss
 from simulator.model import CompactionEvent, Flag, Kind, Role

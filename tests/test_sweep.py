@@ -248,6 +248,24 @@ def test_process_pools_of_one_and_two_workers_write_the_serial_bytes(
     assert runs["serial"] == runs["p1"] == runs["p2"]
 
 
+def test_a_fork_server_started_early_serves_the_pool(tmp_path: Path, samples) -> None:
+    """`ctxsim sweep` starts the fork server before it loads the traces (issue 16): the
+    pool then forks its workers from that server and writes the serial bytes."""
+    config = small_config()
+    cells = sw.build_cells(config)
+    settings = sw.SweepSettings(samples)
+    sw.prestart("serial")  # nothing to start for the other executors
+    sw.prestart("ray")
+    sw.prestart("process")
+    sw.prestart("process")  # a second call finds it running
+    early = sw.run_sweep(
+        tmp_path / "early", cells, config, settings, executor_name="process", workers=2
+    )
+    sw.run_sweep(tmp_path / "serial", cells, config, settings, executor_name="serial")
+    assert early.computed == len(cells)
+    assert digests(tmp_path / "early") == digests(tmp_path / "serial")
+
+
 def test_duckdb_reads_the_dataset_as_it_is(tmp_path: Path, samples) -> None:
     duckdb = pytest.importorskip("duckdb")
     config = small_config()

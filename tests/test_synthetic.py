@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.app.measure import synth_fit
 from simulator import policy
+from simulator.app.measure import synth_fit
 from simulator.model import NEVER, Flag, Kind, Session, Trace
 from simulator.replay import replay
 from traces import compiled

@@ -313,6 +313,7 @@ def sweep(
         cells = sw.build_cells(config)
     except sw.SweepError as exc:
         _fail(str(exc))
+    sw.prestart(executor)  # the workers' imports overlap the loading of the traces
     named = _traces(src, lenient, no_cache, jobs)
     settings = sw.SweepSettings(
         named, seed=config.seed or 0, cache=config.cache or "auto", lenient=lenient, refetch=refetch

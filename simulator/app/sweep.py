@@ -51,6 +51,7 @@ import hashlib
 import itertools
 import multiprocessing
 import os
+import pickle
 import re
 import sys
 import time
@@ -532,10 +533,11 @@ def cell_file_frame(rows: pl.DataFrame) -> pl.DataFrame:
 _WORKER: Worker | None = None
 
 
-def _init_worker(traces: NamedTraces, options: service.RunSettings) -> None:
-    """Process-pool initializer: the traces arrive once per worker, never per cell."""
+def _init_worker(traces: bytes, options: service.RunSettings) -> None:
+    """Process-pool initializer: the traces arrive once per worker, never per cell, pickled
+    once by the parent for all workers (`_process_pool`)."""
     global _WORKER
-    _WORKER = Worker(traces, options)
+    _WORKER = Worker(pickle.loads(traces), options)
 
 
 def _run_in_worker(spec: PolicySpec) -> CellOutput:
@@ -563,6 +565,32 @@ def _preload() -> list[str]:
     return modules
 
 
+def _context() -> multiprocessing.context.BaseContext:
+    context = multiprocessing.get_context(start_method())
+    if context.get_start_method() == "forkserver":
+        context.set_forkserver_preload(_preload())
+    return context
+
+
+def prestart(executor_name: str = "process") -> None:
+    """Start the process pool's fork server now, so that its imports (the engine and every
+    policy: 0.6 s of CPU, 0.7-1.0 s of wall time on this 2-core machine) run beside the
+    caller's loading of the traces rather than after it.
+
+    Issue 16: a 20-cell sweep of the shared Claude Code corpus does about 12 s of cells
+    (0.45-0.6 s each) and, before any cell, about 2.3 s that no second worker shares: the
+    command's imports (0.5 s), loading the traces (0.55 s of CPU), the fork server's
+    imports, each worker's start; then 0.3 s of final manifest and cells table. Overlapping
+    the fork server's imports takes the largest of those off the serial path. Nothing to
+    do for another executor or where there is no fork server."""
+    if executor_name != "process":
+        return
+    if _context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
 def default_workers() -> int:
     """Every core this process may run on."""
     if hasattr(os, "sched_getaffinity"):
@@ -586,14 +614,13 @@ def _process_pool(traces: NamedTraces, options: service.RunSettings, workers: in
     def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
         if not specs:
             return
-        context = multiprocessing.get_context(start_method())
-        if context.get_start_method() == "forkserver":
-            context.set_forkserver_preload(_preload())
         pool = ProcessPoolExecutor(
             max_workers=min(workers, len(specs)),
-            mp_context=context,
+            mp_context=_context(),
             initializer=_init_worker,
-            initargs=(list(traces), options),
+            # Pickled here once: the pool would pickle the list again for every worker it
+            # starts, one after the other (0.1 s each for the shared Claude Code corpus).
+            initargs=(pickle.dumps(list(traces), protocol=pickle.HIGHEST_PROTOCOL), options),
         )
         try:
             futures: dict[Future[CellOutput], PolicySpec] = {
@@ -970,7 +997,14 @@ def cells_frame(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
 
 def row_figures(rows: pl.DataFrame) -> pl.DataFrame:
     """CELL_FIGURES over a replay's rows, as a one-row frame of typed columns (the aggregation
-    of simulator/frames.py `overall_summary`, so a null figure keeps its type)."""
+    of simulator/frames.py `overall_summary`, so a null figure keeps its type).
+
+    Over the rows made contiguous first: polars sums a Float64 column chunk by chunk, so
+    the dollars of a many-chunk frame differ in the last bits from those of the same rows
+    in one chunk (the samples under claude-code@2.1.88 cut in three chunks: 4.099249250000001
+    against 4.0992492500000015). A tuning trial (simulator/app/tune.py, rows in a chunk per
+    trace) and a sweep cell (read back from its file) of one spec so give the same bits."""
+    rows = rows.rechunk()
     summary = rows.select(_summary_aggs(has_loss(rows), _edit_aggs(rows)))
     # Built from Python values, not `rows.select(pl.lit(None))`: a select of literals alone
     # gives one row per chunk of a many-chunk frame in this polars.
