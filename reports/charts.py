@@ -105,7 +105,7 @@ def png_bytes(fig: Figure) -> bytes:
 
     Drawn once on an Agg canvas (a layout engine, where a figure has one, runs inside that
     draw: `Figure.savefig` would draw such a figure twice, the same pixels,
-    tests/test_charts.py), then written by Pillow as RGB at zlib level 1: the charts are
+    tests/reports/test_charts.py), then written by Pillow as RGB at zlib level 1: the charts are
     opaque, and a 1000x440 session chart encodes in 8 ms so against 29 ms as matplotlib
     writes it (RGBA, level 6) and 11 ms as RGB at level 6, 7% smaller than the first and
     4% larger than the last (issue 16; zlib is deterministic at any level)."""
@@ -204,7 +204,7 @@ class _Fit:
     twice, a layout pass and the draw; half a session chart's time). Sizes come from the
     renderer that draws the chart (same font, size and dpi), so what is measured is what
     is drawn: tick labels, axis labels, titles and an outside legend get their room and
-    nothing is clipped (tests/test_charts.py looks for each at the figure's edges)."""
+    nothing is clipped (tests/reports/test_charts.py looks for each at the figure's edges)."""
 
     def __init__(self, fig: Figure) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -732,7 +732,7 @@ def _session_axes() -> tuple[Figure, Axes]:
     and a kept axis keeps its ticks (redrawn, relabelled and placed at every draw). What a
     chart sets (limits, locators, formatters, labels, title, position) it sets every time,
     so a chart's bytes do not depend on the charts this process drew before it
-    (tests/test_charts.py draws one after others and alone)."""
+    (tests/reports/test_charts.py draws one after others and alone)."""
     if not _SESSION_AXES:
         fig = _new_figure(10, 4.4)
         _SESSION_AXES.append((fig, fig.add_subplot()))
@@ -1097,7 +1097,7 @@ def session_charts(
     uses a worker's chart where the worker has finished it when this process gets there
     (never waiting for one). A chart is a pure function of its rows and the manifest, drawn
     with the same settings and bundled font in every process, so the bytes do not depend
-    on which process drew it (tests/test_charts.py). Workers come from a fork server (a
+    on which process drew it (tests/reports/test_charts.py). Workers come from a fork server (a
     fresh interpreter: a process forked from one that has used polars can hang in it;
     simulator/app/sweep.py `start_method`), else are spawned."""
     columns = [c for c in SESSION_COLUMNS if c in requests.columns]
@@ -1209,7 +1209,7 @@ class ChartPool:
     page. One worker per core the process may run on: this process only waits while they
     draw. Where the workers are gone (killed, or a caller's script that starts processes
     when imported, with no `if __name__ == "__main__"` guard) a chart is drawn here:
-    the same bytes (tests/test_charts.py)."""
+    the same bytes (tests/reports/test_charts.py)."""
 
     def __init__(self, workers: int = 0) -> None:
         self.workers = workers if workers > 0 else _cores()

@@ -22,7 +22,7 @@ Spellings accepted (unambiguous ones only):
 * fractions: a number in the declared range (JSON / TOML number or its text);
 * optional values: JSON `null` or the word "none" (TOML has no null).
 
-A parsed default is the same Python value as the default itself (tests/test_params.py
+A parsed default is the same Python value as the default itself (tests/simulator/test_params.py
 checks every registered policy), so a spec's params_hash does not change.
 """
 

@@ -162,7 +162,7 @@ class Policy(ABC):
     #: Parameter names and defaults (dotted names for nested stages, e.g. "autocompact.buffer").
     defaults: ClassVar[dict[str, Any]] = {}
     #: Each parameter's type, unit, range, meaning and source (simulator/params.py); every
-    #: key of `defaults` has one (tests/test_params.py checks every registered policy).
+    #: key of `defaults` has one (tests/simulator/test_params.py checks every registered policy).
     declared: ClassVar[Declarations] = {}
 
     def __init__(self, **params: Any) -> None:

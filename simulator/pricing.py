@@ -4,7 +4,7 @@ Prices are never written by hand here: every rate comes from the table bundled w
 installed `genai-prices` wheel, and the tests check our fast path against its `calc_price`.
 
 Usage convention (established by experiment against genai-prices 0.2.3, pinned by
-tests/test_pricing.py so an upgrade that changes it fails loudly):
+tests/simulator/test_pricing.py so an upgrade that changes it fails loudly):
 
 - genai-prices' ``input_tokens`` is the WHOLE prompt: uncached + cache read + all cache
   writes. Anthropic's ``input_tokens`` (our ``input`` column) is only the uncached part, so

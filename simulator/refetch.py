@@ -67,8 +67,8 @@ class RefetchParams:
 
 #: Per recording format, as fitted by simulator/app/measure/refetch_measure.py on ../shared/traces
 #: (policies/calibration/refetch.json "formats" -> "fit"; the table: refetch.md;
-#: tests/test_refetch.py checks they are equal). Claude Code re-reads after its compactions
-#: barely more than at matched points without one (0.165 of the dropped files within 50
+#: tests/simulator/test_refetch.py checks they are equal). Claude Code re-reads after its
+#: compactions barely more than at matched points without one (0.165 of the dropped files within 50
 #: requests against 0.140): it restores the files it read last and its summary names the
 #: rest, so few re-reads are the compaction's. Codex restores no file: 0.137
 #: against 0.003. Before an edit of a dropped file, neither reads it again more often than

@@ -3,21 +3,13 @@ one compiled copy of them per test session."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from simulator.model import Trace
+from tests.support import SHARED, Named, source_folders
 from traces.load import load_all, units
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "traces"
-SAMPLES = ROOT / "traces" / "samples"
-
-#: (name, trace) pairs, in the order `units` finds them.
-Named = list[tuple[str, Trace]]
 
 
 @pytest.fixture(autouse=True)
@@ -32,19 +24,6 @@ def shared() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared/traces is absent")
     return SHARED
-
-
-def source_folders(shared: Path, fmt: str = "") -> list[str]:
-    """The source folders of ../shared/traces ("claude-code/vsla", ...), sorted: each holds
-    one published source (SOURCES.tsv), the unit of leave-one-source-out measurement."""
-    formats = [fmt] if fmt else sorted(p.name for p in shared.iterdir() if p.is_dir())
-    return [
-        f"{f}/{d.name}"
-        for f in formats
-        if (shared / f).is_dir() and f != "LICENSES"
-        for d in sorted((shared / f).iterdir())
-        if d.is_dir()
-    ]
 
 
 @pytest.fixture(scope="session")
@@ -67,9 +46,3 @@ def shared_corpus(shared: Path) -> Callable[[str], Named]:
         return memo[folder]
 
     return load
-
-
-def stable_pick(items: list[str], k: int, salt: str) -> list[str]:
-    """k items chosen by a keyed hash of each: the same choice on every machine and run."""
-    ranked = sorted(items, key=lambda s: hashlib.sha256(f"{salt}\0{s}".encode()).digest())
-    return ranked[:k]

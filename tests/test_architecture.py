@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 #: The application: the CLI, the Python API, sweeps, tuning, fidelity, writing run
 #: directories and the measurement scripts, the only modules that wire readers, policies
 #: and reports together.

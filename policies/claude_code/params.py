@@ -16,7 +16,7 @@ How to add one (the style of this file):
 * a preset that changes a value changes it in its `defaults` (policy.py), not here: the
   source shown for it is the preset (its docstring holds the citation).
 
-tests/test_params.py fails when a key of any registered policy's defaults has no entry
+tests/simulator/test_params.py fails when a key of any registered policy's defaults has no entry
 here (or an entry has no key), and when a default does not parse to itself.
 """
 

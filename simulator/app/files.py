@@ -31,7 +31,8 @@ DIR_MODE = 0o755
 #: Names of the hidden siblings a StagedDir builds in: `.{out name}.ctxsim-{pid}-{random}`.
 STAGE_MARK = ".ctxsim-"
 #: Test hook: the name of a point of `StagedDir.commit` at which the process kills itself
-#: (SIGKILL), so a test can check what a kill there leaves (tests/test_outputs_commit.py).
+#: (SIGKILL), so a test can check what a kill there leaves
+#: (tests/simulator/app/test_outputs_commit.py).
 KILL_AT_ENV = "CTXSIM_TEST_KILL_AT"
 
 _AT_FDCWD = -100

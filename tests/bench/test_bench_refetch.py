@@ -17,12 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import Named
 
 from simulator import policy
 from simulator.model import Trace
 from simulator.refetch import RefetchParams
 from simulator.replay import ReplayOptions, default_prices, replay
+from tests.support import Named
 from traces.synthetic import synthetic_session
 
 pytestmark = pytest.mark.benchmark(group="refetch")

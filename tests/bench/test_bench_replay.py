@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import Named
 
 from policies.as_recorded import KEPT_WARM_MS
 from simulator import policy, prompt_cache
@@ -40,6 +39,7 @@ from simulator.prefix import PrefixState, infer
 from simulator.prompt_cache import anthropic_refresh_at_send
 from simulator.replay import recorded_ttl, replay, session_root
 from simulator.view import FIVE_MINUTES, Breakpoint, View, chain
+from tests.support import Named
 from traces.load import load_all, units
 from traces.synthetic import synthetic_trace
 

@@ -4,7 +4,7 @@ Regenerates ``policies/calibration/compactions.json`` from the real traces in
 ``../shared/traces`` (run ``python -m simulator.app.measure.calibration_measure``;
 ``--check`` compares instead of writing). The numbers in ``policies/calibration/summary.py`` are
 copied from its
-``fit`` section; tests/test_calibration.py fails when either drifts from what this script
+``fit`` section; tests/policies/test_calibration.py fails when either drifts from what this script
 measures. The method is written up in ``policies/calibration/README.md``.
 
 Only the compiled traces' counts are used (token counts, kinds, flags, hashes, recorded

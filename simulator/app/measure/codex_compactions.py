@@ -3,7 +3,7 @@ compactions: does the matching preset compact within one request of the recordin
 the context after within 15% of the recorded one?
 
 Run: ``.venv/bin/python -m simulator.app.measure.codex_compactions ../shared/traces/codex``
-(prints the table; tests/test_codex_compactions.py asserts it).
+(prints the table; tests/policies/peers/test_codex_compactions.py asserts it).
 
 The i-th automatic compaction a session recorded is paired with the i-th compaction the
 preset makes when it replays that session (rows of stage ``compact``); the recorded

@@ -4,7 +4,7 @@ Regenerates ``policies/calibration/refetch.json`` and ``refetch.md`` from the re
 Code and Codex traces in ``../shared/traces`` (``python -m simulator.app.measure.refetch_measure``;
 ``--check`` compares instead of writing). simulator/refetch.py's REFETCH_PROBABILITY,
 SKIP_PROBABILITY and WINDOW_REQUESTS are copied from the ``fit`` section;
-tests/test_refetch.py fails when they drift.
+tests/simulator/test_refetch.py fails when they drift.
 
 Method (counts only: kinds, flags, keyed path hashes, request indexes; no text, no paths).
 A *point* is a request index c of a session. For a recorded compaction (a CompactionEvent

@@ -1,0 +1,140 @@
+"""A sweep killed with SIGKILL at several points of growing a finished sweep: after every
+kill each output is either the old complete file or the new complete one (never a part),
+and the resumed sweep ends byte-identical to one that was never interrupted.
+
+The points are events seen on disk, so each phase is hit whatever the machine's speed:
+the new manifest written (before any new cell), some new cells written, most of them, and
+the new cells table written (the charts being drawn). The kill lands a few milliseconds
+after the event, wherever the sweep then is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from simulator.app import sweep as sw
+from tests.support import SAMPLES
+
+CTXSIM = Path(sys.executable).parent / "ctxsim"
+BUFFER = "autocompact.buffer_tokens"
+OLD = ["--policy", "claude-code@2.1.88", "--grid", f"{BUFFER}=2000:20000:2000"]
+NEW = ["--policy", "claude-code@2.1.88", "--policy", "claude-code@1.0"]
+NEW += ["--grid", f"{BUFFER}=1000:40000:1000"]
+
+
+def digests(root: Path) -> dict[str, str]:
+    """Every finished file under root (relative path -> sha256); temporary files left out."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith(".tmp")
+    }
+
+
+def run(args: list[str], out: Path, env: dict[str, str]) -> None:
+    command = [str(CTXSIM), "sweep", str(SAMPLES), *args, "--workers", "2", "--out", str(out)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def kill_when(args: list[str], out: Path, env: dict[str, str], event: Callable[[], bool]) -> bool:
+    """Start the sweep, SIGKILL its whole process group once `event()` holds; False when
+    the sweep ended first."""
+    command = [str(CTXSIM), "sweep", str(SAMPLES), *args, "--workers", "2", "--out", str(out)]
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if event():
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.003)
+    finally:
+        proc.wait(timeout=60)
+    return proc.returncode == -signal.SIGKILL
+
+
+def test_a_sweep_killed_at_each_phase_leaves_whole_files_and_resumes_identically(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "CTXSIM_CACHE_DIR": str(tmp_path / "cache")}
+    old_dir, new_dir, killed = tmp_path / "old", tmp_path / "new", tmp_path / "killed"
+    run(OLD, old_dir, env)
+    old = digests(old_dir)
+    shutil.copytree(old_dir, new_dir)
+    shutil.copytree(old_dir, killed)
+    run(NEW, new_dir, env)
+    new = digests(new_dir)
+    old_cells = {n for n in old if n.startswith("data/")}
+    new_cells = {n for n in new if n.startswith("data/")}
+    assert old_cells < new_cells and len(new_cells) == 40 + 40  # 2.1.88's old cells reused
+    plan = orjson.loads((new_dir / sw.MANIFEST_FILE).read_bytes())
+    planned = [{k: v for k, v in e.items() if k not in ("rows", "sha256")} for e in plan["cells"]]
+
+    manifest = killed / sw.MANIFEST_FILE
+    first_manifest = manifest.stat().st_mtime_ns
+
+    def cells_written() -> int:
+        return len(list((killed / sw.DATA_DIR).glob("*/*.parquet")))
+
+    def new_cells_table() -> bool:
+        path = killed / sw.CELLS_FILE
+        try:
+            return hashlib.sha256(path.read_bytes()).hexdigest() == new[sw.CELLS_FILE]
+        except OSError:
+            return False
+
+    events: list[tuple[str, Callable[[], bool]]] = [
+        ("manifest", lambda: manifest.stat().st_mtime_ns != first_manifest),
+        ("some cells", lambda: cells_written() >= len(old_cells) + 10),
+        ("most cells", lambda: cells_written() >= len(new_cells) - 8),
+        ("charts", new_cells_table),
+    ]
+    kills = 0
+    for phase, event in events:
+        kills += kill_when(NEW, killed, env, event)
+        now = digests(killed)
+        for name, digest in now.items():
+            if name == sw.MANIFEST_FILE:
+                data = orjson.loads(manifest.read_bytes())  # whole JSON, never a part
+                kept = [
+                    {k: v for k, v in e.items() if k not in ("rows", "sha256")}
+                    for e in data["cells"]
+                ]
+                assert digest in (old[name], new[name]) or kept == planned, phase
+            elif name.startswith(sw.DATA_DIR + "/"):
+                assert digest == new[name], (phase, name)  # a cell file is only ever whole
+            else:  # cells.parquet and charts: the old file or the new one
+                assert digest in (old.get(name), new.get(name)), (phase, name)
+    assert kills >= 3, "the sweep ended before most kills"
+    run(NEW, killed, env)
+    assert not list(killed.rglob("*.tmp"))
+    assert digests(killed) == new
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_a_directory_of_the_old_layout_is_refused(tmp_path: Path, count: int) -> None:
+    """A sweep directory from before the layout change (hash as a partition) is not mixed."""
+    (tmp_path / sw.MANIFEST_FILE).write_bytes(
+        orjson.dumps({"format": "ctxsim-sweep 1", "settings": {}, "cells": [{}] * count})
+    )
+    config = sw.SweepConfig(policies=("none",))
+    with pytest.raises(sw.SweepError, match="older layout"):
+        sw.plan_manifest(tmp_path, sw.build_cells(config), config, sw.SweepSettings([]))
