@@ -19,15 +19,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any, TypeGuard, cast
+from typing import Any, Literal, TypeGuard, cast
 
 import matplotlib
 import polars as pl
 from matplotlib.axes import Axes
+from matplotlib.backend_bases import RendererBase
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.text import Annotation
 from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.transforms import IdentityTransform
 
 from reports.charts import POLICY_COLORS, RC, dollars_label, png_bytes, tokens_label
 from simulator.frames import grid_keys
@@ -357,6 +360,77 @@ def _cheapest(rows: pl.DataFrame, key: str, own: Any) -> int | None:
     return None if best is None else best[1]
 
 
+#: Radius of the own value's ring in points: the marker's size (120 points squared, the
+#: square of its diameter) halved, plus half its edge.
+_RING_RADIUS = math.sqrt(120) / 2 + 1.4 / 2
+_Align = Literal["left", "center", "right"]
+
+
+class _EndLabel(Annotation):
+    """The label of an end of a loss-chart line that gives way to the labels of the marked
+    cells (the own value, the cheapest) and to the own value's ring: where a marked cell
+    sits next to an end (2.1.221 barely compacts below 13k, so its 2k and 13k cells nearly
+    coincide) the end label would be drawn over them. At draw time, when the axes' limits
+    and the layout are final, it takes the first of its four places (the usual one, the
+    other side vertically, then horizontally, then both) that touches none of them; with
+    none free it is left out (the marked label says the same place)."""
+
+    def __init__(
+        self, ax: Axes, text: str, xy: tuple[float, float], offset: tuple[int, int], align: _Align
+    ) -> None:
+        super().__init__(
+            text,
+            xy,
+            xytext=offset,
+            textcoords="offset points",
+            ha=align,
+            fontsize=7,
+            color="black",
+        )
+        self.set_transform(IdentityTransform())
+        self._data = ax.transData
+        ax.add_artist(self)
+        # Unclipped, as `Axes.annotate` leaves a label (`add_artist` clips to the axes box).
+        self.set_clip_box(None)
+        self.set_clip_path(None)
+        dx, dy = offset
+        flip: dict[_Align, _Align] = {"left": "right", "right": "left", "center": "center"}
+        other = (-4 if align == "left" else 5, -11 if dy > -4 else 3)
+        self.places: list[tuple[tuple[int, int], _Align]] = [
+            (offset, align),
+            ((dx, other[1]), align),
+            ((other[0], dy), flip[align]),
+            (other, flip[align]),
+        ]
+        self.obstacles: list[Annotation] = []
+        self.rings: list[tuple[float, float]] = []
+        self.left_out = False
+
+    def _clear(self, renderer: RendererBase) -> bool:
+        box = self.get_window_extent(renderer).padded(1.0)
+        if any(box.overlaps(o.get_window_extent(renderer)) for o in self.obstacles):
+            return False
+        radius = cast(float, renderer.points_to_pixels(_RING_RADIUS))
+        for centre in self.rings:
+            cx, cy = self._data.transform(centre)
+            nx = min(max(cx, box.x0), box.x1)
+            ny = min(max(cy, box.y0), box.y1)
+            if math.hypot(cx - nx, cy - ny) < radius:
+                return False
+        return True
+
+    def draw(self, renderer: RendererBase) -> None:
+        """Drawn at the first clear place, or not at all."""
+        for offset, align in self.places:
+            self.xyann = offset
+            self.set_horizontalalignment(align)
+            if self._clear(renderer):
+                self.left_out = False
+                super().draw(renderer)
+                return
+        self.left_out = True
+
+
 def loss_chart(
     cells: pl.DataFrame,
     key: str,
@@ -395,13 +469,16 @@ def loss_chart(
                 ax = grid[r][c]
                 x = [math.nan if v is None else float(v) for v in rows[column].to_list()]
                 ax.plot(x, cost, color=color, marker="o", markersize=3, lw=1.2)
-                marks: dict[int, tuple[tuple[int, int], str]] = {
+                marks: dict[int, tuple[tuple[int, int], _Align]] = {
                     0: ((-4, -11), "right"),
                     len(values) - 1: ((5, 3), "left"),
                 }
+                ends = set(marks)
+                rings: list[tuple[float, float]] = []
                 for i, v in enumerate(values):
                     if v == mine and type(v) is type(mine):
                         marks[i] = ((6, 7), "left")
+                        rings.append((x[i], cost[i]))
                         ax.scatter(
                             [x[i]],
                             [cost[i]],
@@ -423,18 +500,28 @@ def loss_chart(
                         lw=0.6,
                         zorder=5,
                     )
+                marked: list[Annotation] = []
+                end_labels: list[_EndLabel] = []
                 for i, (offset, align) in sorted(marks.items()):
                     if math.isnan(x[i]) or math.isnan(cost[i]):
                         continue
-                    ax.annotate(
-                        _value_label(values[i]),
-                        (x[i], cost[i]),
-                        xytext=offset,
-                        textcoords="offset points",
-                        ha=align,
-                        fontsize=7,
-                        color="black",
+                    text, xy = _value_label(values[i]), (x[i], cost[i])
+                    if i in ends:
+                        end_labels.append(_EndLabel(ax, text, xy, offset, align))
+                        continue
+                    marked.append(
+                        ax.annotate(
+                            text,
+                            xy,
+                            xytext=offset,
+                            textcoords="offset points",
+                            ha=align,
+                            fontsize=7,
+                            color="black",
+                        )
                     )
+                for end in end_labels:
+                    end.obstacles, end.rings = marked, rings
                 if r == 0:
                     ax.set_title(panel, loc="left", fontsize=10)
                 ax.set_xlabel(unit, fontsize=8)

@@ -5,8 +5,11 @@ names, and the same table gives the same bytes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from reports import sweep_charts as sc
 from simulator.frames import CELL_FIGURES
@@ -106,3 +109,81 @@ def test_the_cheapest_cell_overflows_no_more_than_the_own_one() -> None:
     assert sc._cheapest(rows, "x__a", 1) == 2
     assert sc._cheapest(rows, "x__a", 2) == 1  # its own overflows are the bound
     assert sc._cheapest(rows, "x__a", 9) == 1  # own value off the grid: every priced cell
+
+
+def _loss_figure(monkeypatch: pytest.MonkeyPatch, frame: pl.DataFrame, own: int) -> Any:
+    """The loss chart's figure, drawn once (png_bytes caught before it encodes)."""
+    caught: list[Any] = []
+    monkeypatch.setattr(sc, "png_bytes", lambda fig: caught.append(fig) or PNG)
+    sc.loss_chart(frame, "x__a", {"p": {"x__a": own}}, NAMES)
+    (fig,) = caught
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return fig, canvas.get_renderer()
+
+
+def _near_the_own_cell() -> pl.DataFrame:
+    """Like 2.1.221's buffers: below the own 13k the cells barely move (it seldom compacts
+    there), so the 2k end sits a hair from the ringed 13k cell; above it the cost falls."""
+    a = [2000, 4000, 13000, 30000, 60000, 90000]
+    stale = [46, 46, 45, 64, 93, 135]
+    cost = [1603.4, 1603.3, 1603.0, 1595.0, 1576.0, 1567.0]
+    return _one_line(a, stale, cost)
+
+
+def _one_line(a: list[int], stale: list[int], cost: list[float]) -> pl.DataFrame:
+    """One policy's cells along x.a: its cost and stale references, every other figure 0."""
+    frame = pl.DataFrame({"policy": ["p"] * len(a), "x__a": a})
+    figures = {c: pl.lit(0, pl.Int64) for c in CELL_FIGURES}
+    figures |= {c: pl.lit(None, pl.Float64) for c, *_ in sc.LOSS_PANELS}
+    return frame.with_columns(**figures).with_columns(
+        params_hash=pl.col("x__a").cast(pl.String),
+        cost_total=pl.Series(cost),
+        stale_file_refs=pl.Series(stale),
+    )
+
+
+def _clash(label: Any, others: list[Any], ring: tuple[float, float], renderer: Any) -> bool:
+    """Whether a drawn label touches another label or the ring (radius: half the marker's
+    diameter of sqrt(120) points plus half its 1.4-point edge, in pixels at the figure's dpi)."""
+    box = label.get_window_extent(renderer)
+    if any(box.overlaps(o.get_window_extent(renderer)) for o in others):
+        return True
+    cx, cy = label.axes.transData.transform(ring)
+    radius = (120**0.5 / 2 + 0.7) * label.figure.dpi / 72
+    nx, ny = min(max(cx, box.x0), box.x1), min(max(cy, box.y0), box.y1)
+    return bool(((cx - nx) ** 2 + (cy - ny) ** 2) ** 0.5 < radius)
+
+
+def test_an_end_label_gives_way_to_the_own_values_ring_and_label(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The 2k end label, whose usual place (left of and below its cell) touches the 13k
+    ring, is drawn clear of the ring and of the 13k and 90k (star) labels, or not at all."""
+    fig, renderer = _loss_figure(monkeypatch, _near_the_own_cell(), 13000)
+    ax = fig.axes[0]
+    texts = {t.get_text(): t for t in ax.texts}
+    assert sorted(texts) == ["13k", "2k", "90k"]
+    marked, ring = [texts["13k"], texts["90k"]], (45, 1603.0)
+    usual = ax.annotate(
+        "2k", (46, 1603.4), xytext=(-4, -11), textcoords="offset points", ha="right", fontsize=7
+    )
+    assert _clash(usual, marked, ring, renderer)
+    usual.remove()
+    end = texts["2k"]
+    assert getattr(end, "left_out", False) or not _clash(end, marked, ring, renderer)
+
+
+def test_an_end_label_with_room_keeps_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Far from the marked cells both ends are labelled where they always were: the first
+    left of and below its cell, the last right of and above it, neither clipped."""
+    a = [2000, 30000, 60000, 90000, 120000]
+    frame = _one_line(a, [10, 300, 600, 900, 1200], [100.0, 70.0, 40.0, 10.0, 50.0])
+    fig, _renderer = _loss_figure(monkeypatch, frame, 60000)
+    texts = {t.get_text(): t for t in fig.axes[0].texts}
+    assert sorted(texts) == ["120k", "2k", "60k", "90k"]
+    assert (texts["2k"].xyann, texts["2k"].get_horizontalalignment()) == ((-4, -11), "right")
+    assert (texts["120k"].xyann, texts["120k"].get_horizontalalignment()) == ((5, 3), "left")
+    assert not getattr(texts["2k"], "left_out", False)
+    # Unclipped like every other label: one past the axes' edge is drawn whole.
+    assert all(t.get_clip_box() is None and t.get_clip_path() is None for t in texts.values())
