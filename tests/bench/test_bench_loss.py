@@ -13,12 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import Named
 
 from simulator import policy
 from simulator.loss import replay_with_loss
 from simulator.model import Trace
 from simulator.replay import default_prices, replay
+from tests.support import Named
 from traces.synthetic import synthetic_session
 
 pytestmark = pytest.mark.benchmark(group="loss")
