@@ -227,10 +227,11 @@ def test_no_switch_without_a_context_above_200k_or_an_auto_compaction_after_it()
     assert standard_window_from(small) == 0
 
 
-def _snapshot_session(result: int) -> Session:
-    """_recount_session's layout, but the response's usage logs output_tokens 1 (a
-    streaming snapshot) although its lines hold 2,100 tokens: the builder counts 2,100."""
-    b = SessionBuilder(Hasher(b"snapshot"), id="s", kind="main", client="claude-code 2.1.29")
+def _two_line_session(result: int, client: str, logged_output: int) -> Session:
+    """Request 0: a 1,000-token message; its response has two lines, a 100-token text (the
+    first) and a 2,000-token tool_use (8,000 characters); request 1 adds the tool's result
+    of `result` tokens. The last usage is 11,000 in + `logged_output` out."""
+    b = SessionBuilder(Hasher(client.encode()), id="s", kind="main", client=client)
     b.prefix_tokens = 10_000
     b.add_block(
         msg=0, kind=Kind.TEXT, role=Role.USER, text="u".ljust(4_000, "x"), ts=T0,
@@ -248,9 +249,15 @@ def _snapshot_session(result: int) -> Session:
         msg=2, kind=Kind.TOOL_RESULT, role=Role.USER, text="r".ljust(4 * result, "x"),
         ts=T0 + MINUTE, first_request=1, tokens=result, tool="Read", result_for="t1",
     )  # fmt: skip
-    b.add_request(ts=T0, model=SONNET45, usage=RecordedUsage(11_000, 0, 0, 0, 1))
+    b.add_request(ts=T0, model=SONNET45, usage=RecordedUsage(11_000, 0, 0, 0, logged_output))
     b.add_request(ts=T0 + MINUTE, model=SONNET45, usage=None)
     return b.finish()
+
+
+def _snapshot_session(result: int) -> Session:
+    """_recount_session's layout, but the response's usage logs output_tokens 1 (a
+    streaming snapshot) although its lines hold 2,100 tokens: the builder counts 2,100."""
+    return _two_line_session(result, "claude-code 2.1.29", 1)
 
 
 @pytest.mark.parametrize(
@@ -278,30 +285,8 @@ def test_the_trigger_adds_the_output_tokens_the_client_logged(
 
 
 def _recount_session(result: int) -> Session:
-    """Request 0: a 1,000-token message; its response has two lines, a 100-token text (the
-    first) and a 2,000-token tool_use (8,000 characters); request 1 adds the tool's result
-    of `result` tokens. The last usage is 11,000 in + 2,100 out."""
-    b = SessionBuilder(Hasher(b"recount"), id="s", kind="main", client="claude-code 2.1.226")
-    b.prefix_tokens = 10_000
-    b.add_block(
-        msg=0, kind=Kind.TEXT, role=Role.USER, text="u".ljust(4_000, "x"), ts=T0,
-        first_request=0, tokens=1_000,
-    )  # fmt: skip
-    b.add_block(
-        msg=1, kind=Kind.TEXT, role=Role.ASSISTANT, text="a".ljust(400, "x"), ts=T0 + 1,
-        first_request=1, tokens=100, origin=0,
-    )  # fmt: skip
-    b.add_block(
-        msg=1, kind=Kind.TOOL_USE, role=Role.ASSISTANT, text="#1#".ljust(8_000, "x"),
-        ts=T0 + 2, first_request=1, tokens=2_000, origin=0, tool="Read", use_id="t1",
-    )  # fmt: skip
-    b.add_block(
-        msg=2, kind=Kind.TOOL_RESULT, role=Role.USER, text="r".ljust(4 * result, "x"),
-        ts=T0 + MINUTE, first_request=1, tokens=result, tool="Read", result_for="t1",
-    )  # fmt: skip
-    b.add_request(ts=T0, model=SONNET45, usage=RecordedUsage(11_000, 0, 0, 0, 2_100))
-    b.add_request(ts=T0 + MINUTE, model=SONNET45, usage=None)
-    return b.finish()
+    """The two-line response of 2.1.226, its usage 11,000 in + 2,100 out."""
+    return _two_line_session(result, "claude-code 2.1.226", 2_100)
 
 
 @pytest.mark.parametrize(
