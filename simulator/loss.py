@@ -14,8 +14,11 @@ are compared). The tracker keeps running totals over the items of the last view 
 updates them by the items that left (subtracted) and the items that came (added), so a call
 costs the items that changed since the previous call, not the whole view; nothing is
 converted to arrays per call. Measured (tests/bench/test_bench_loss.py, the shared Claude
-Code corpus and a 10,000-request synthetic session): the columns add at most 25% to the
-replay; tests/test_replay_properties.py checks them against a from-scratch recount.
+Code corpus and a 10,000-request synthetic session, fastest of 7 rounds): the columns add
+12-34% to the replay, varying from run to run on a shared 2-core machine; the time spent
+in this module is 47 ms of a 220 ms replay on the corpus and 25 ms of 130 ms on the
+synthetic session (as-recorded). tests/simulator/test_replay_properties.py checks the
+columns against a from-scratch recount.
 
 The columns (LOSS_SCHEMA), for the view of one call made for request k:
 
@@ -46,6 +49,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from simulator.model import Flag, Kind, Session, Trace
@@ -81,13 +85,27 @@ _ARTIFACT, _HUMAN, _PATH_READ, _ERROR = (
 )
 _TOOL_RESULT, _TOOL_USE = int(Kind.TOOL_RESULT), int(Kind.TOOL_USE)
 
+#: Below this many file reads and uses in a session, `SessionLoss` pairs them in one Python
+#: pass; from it on, in numpy (the shared Claude Code corpus: 34 per session on average,
+#: where a dozen numpy calls cost more than the pass; the 10,000-request synthetic session
+#: of tests/bench/test_bench_loss.py has about 4,800).
+SMALL_EVENTS = 256
+
 
 class SessionLoss:
     """The loss facts of one session's calls, from running totals over the last view seen.
 
     Built once per replayed session (its history's block hashes and tokens are the ones
     the policy sends, so they are shared, not recomputed); `facts` is called by the engine
-    for every call, in row order."""
+    for every call, in row order.
+
+    Per session, what the facts need of each block is built once, as lists (one numpy
+    pass, no per-call arrays): its human tokens, whether it is an artifact, and, per
+    request, the latest read of each file its response names (without the re-fetch loop
+    it depends on the session only, so the call checks only whether the view still sends
+    it). Measured on as-recorded (cProfile, line level): the shared Claude Code corpus is
+    180 sessions of 20 requests and 68 blocks (medians), so the set-up, once per session,
+    cost a fifth of the columns' time there; a request appends 2 to 4 items."""
 
     def __init__(
         self,
@@ -98,69 +116,80 @@ class SessionLoss:
     ) -> None:
         b = session.blocks
         n = session.n_requests
-        flags = b["flags"].astype(np.int64)
-        artifact = (flags & _ARTIFACT) != 0
+        flags = b["flags"]
+        size = b["tokens"]
         first = b["first_request"]
         hidden = b["hidden_from"]
-        human = ((flags & _HUMAN) != 0) & ~artifact
+        artifact = (flags & _ARTIFACT) != 0
+        human = (flags & (_HUMAN | _ARTIFACT)) == _HUMAN
         self.prefix_tokens = int(session.prefix_tokens)
         self.loop = loop
         # Human tokens in the logical history before each request: +tokens where a human
         # block enters, -tokens where it leaves (a rewind), summed up (exact in float64:
         # far below 2**53).
         live = human & (first < hidden)
-        weights = b["tokens"].astype(np.float64)[live]
+        weights = size[live]
         delta = np.bincount(np.minimum(first[live], n), weights, n + 1) - np.bincount(
             np.minimum(hidden[live], n), weights, n + 1
         )
-        self.human_at: list[int] = np.cumsum(delta)[:n].astype(np.int64).tolist()
+        self.human_at: list[int] = np.cumsum(delta[:n]).astype(np.int64).tolist()
         self.hash_of = hashes
         self.tokens_of = tokens
         #: Per block: its tokens where the human wrote it (else 0: what it adds to the
         #: verbatim human tokens when sent verbatim), and whether it is an artifact.
-        self.human_of: list[int] = np.where(human, b["tokens"], 0).astype(np.int64).tolist()
+        self.human_of: list[int] = np.where(human, size, 0).tolist()
         self.artifact_of: list[bool] = artifact.tolist()
-        self._visible: tuple[list[int], list[int]] | None = None
         self._blocks = b
-        # Successful read results per file, in history order; file uses per request (tool
-        # calls naming a file, by the request whose response made them).
+        self._visible: tuple[list[int], list[int]] | None = None
+        self._reads: dict[int, list[int]] | None = None
+        # Successful read results of a file, and tool calls naming a file (by the request
+        # whose response made them).
         path = b["path_hash"]
         kind = b["kind"]
-        read = (
-            (kind == _TOOL_RESULT)
-            & ((flags & _PATH_READ) != 0)
-            & ((flags & _ERROR) == 0)
-            & ~artifact
-            & (path != 0)
+        named = (path != 0) & ~artifact
+        self._read = (
+            named & (kind == _TOOL_RESULT) & ((flags & (_PATH_READ | _ERROR)) == _PATH_READ)
         )
-        self.reads: dict[int, list[int]] = {}
-        picked = np.flatnonzero(read)
-        for block, p in zip(picked.tolist(), path[picked].tolist(), strict=True):
-            self.reads.setdefault(p, []).append(block)
-        origin = b["origin"]
-        use = (kind == _TOOL_USE) & (path != 0) & (origin >= 0) & ~artifact
+        use = named & (kind == _TOOL_USE) & (b["origin"] >= 0)
+        #: Without the loop: per request, the latest read older than each of its uses, in
+        #: the logical history of that request (None where there is none).
+        self.lasts_at: list[list[int] | None] = [None] * n
+        #: With the loop: per request, its uses (block, file); the loop says what is read.
         self.uses: dict[int, list[tuple[int, int]]] = {}
-        picked = np.flatnonzero(use)
-        for block, k, p in zip(
-            picked.tolist(), origin[picked].tolist(), path[picked].tolist(), strict=True
-        ):
-            self.uses.setdefault(k, []).append((block, p))
-        # The last view seen, item by item (ids, content hashes, tokens, prefix hashes),
-        # and the running totals over it: human tokens sent verbatim, tokens of items
-        # that are no history block (the prefix, a policy's own), artifact tokens.
+        if loop is None:
+            self._last_reads(use, n)
+        else:
+            picked = np.flatnonzero(use)
+            origin = b["origin"][picked].tolist()
+            for block, k, p in zip(picked.tolist(), origin, path[picked].tolist(), strict=True):
+                self.uses.setdefault(k, []).append((block, p))
+        # The last view seen, item by item (ids, content hashes, tokens), its last prefix
+        # hash and token count, and the running totals over it: human tokens sent
+        # verbatim, tokens of items that are no history block (the prefix, a policy's
+        # own), artifact tokens, and what they make the summary.
         self.ids: list[int] = []
         self.hashes: list[int] = []
         self.tokens: list[int] = []
-        self.chains: list[int] = []
+        self.chain = 0
         self.total = 0
         self.human = 0
         self.inserted = 0
         self.recorded = 0
+        self.summary = 0
         #: History blocks the view sends verbatim, and the artifacts it holds. Sets: a
         #: view holds a block at most once (a policy projects the history, never repeats
         #: it), so what an item adds to the totals depends on the item, not its position.
         self.verbatim: set[int] = set()
         self.artifacts: set[int] = set()
+        #: What the per-call path reads, bound once (the lists are only changed in place).
+        self._seen = (self.ids, self.hashes, self.tokens)
+        self._per_block = (
+            hashes,
+            tokens,
+            self.human_of,
+            self.artifact_of,
+            self.verbatim.add,
+        )
         #: The artifacts in the view at the last request row, and whether the view's
         #: artifacts changed since.
         self.seen_artifacts: set[int] = set()
@@ -169,21 +198,194 @@ class SessionLoss:
         #: ends, and the hash chain of the view through there.
         self.summarized: list[tuple[int, int]] = []
 
+    def _last_reads(self, use: npt.NDArray[np.bool_], n: int) -> None:
+        """Fill `lasts_at`: for each use, the latest read of its file among the blocks
+        before it (the file's reads and uses sorted by file, then block: the latest read
+        at or before each use's place), kept if the use's request holds it; a use whose
+        latest read it does not hold (a rewind) looks further back (`last_read`)."""
+        read = self._read
+        if not n or not read.any() or not use.any():
+            return
+        b = self._blocks
+        events = np.flatnonzero(read | use)
+        if events.size < SMALL_EVENTS:
+            self._last_reads_small(events, n)
+            return
+        paths = b["path_hash"][events]
+        order = np.argsort(paths, kind="stable")  # by file, then block (events ascend)
+        events, paths = events[order], paths[order]
+        is_read = read[events]
+        at = np.where(is_read, np.arange(events.size), -1)
+        np.maximum.accumulate(at, out=at)
+        uses = np.flatnonzero(~is_read)
+        cand = at[uses]
+        found = cand >= 0
+        cand[~found] = 0
+        found &= paths[cand] == paths[uses]
+        last = events[cand]
+        block = events[uses]
+        ks = b["origin"][block]
+        held = found & (b["first_request"][last] <= ks) & (ks < b["hidden_from"][last])
+        keep = held & (ks < n)
+        lasts_at = self.lasts_at
+        for k, r in zip(ks[keep].tolist(), last[keep].tolist(), strict=True):
+            at_k = lasts_at[k]
+            if at_k is None:
+                lasts_at[k] = [r]
+            else:
+                at_k.append(r)
+        back = found & ~held & (ks < n)  # rare: the latest read left the history
+        for u, p, k in zip(
+            block[back].tolist(), paths[uses][back].tolist(), ks[back].tolist(), strict=True
+        ):
+            r = self.last_read(p, u, k)
+            if r >= 0:
+                at_k = lasts_at[k]
+                if at_k is None:
+                    lasts_at[k] = [r]
+                else:
+                    at_k.append(r)
+
+    def _last_reads_small(self, events: npt.NDArray[np.intp], n: int) -> None:
+        """`_last_reads` in one Python pass over the reads and uses in history order (the
+        latest read of each file so far): for a few of them, cheaper than numpy's calls."""
+        b = self._blocks
+        lasts_at = self.lasts_at
+        latest: dict[int, tuple[int, int, int]] = {}
+        for block, p, is_read, k, first, hidden in zip(
+            events.tolist(),
+            b["path_hash"][events].tolist(),
+            self._read[events].tolist(),
+            b["origin"][events].tolist(),
+            b["first_request"][events].tolist(),
+            b["hidden_from"][events].tolist(),
+            strict=True,
+        ):
+            if is_read:
+                latest[p] = (block, first, hidden)
+                continue
+            got = latest.get(p)
+            if got is None or k >= n:
+                continue
+            r, since, until = got
+            if not since <= k < until:  # rare: the latest read left the history
+                r = self.last_read(p, block, k)
+                if r < 0:
+                    continue
+            at_k = lasts_at[k]
+            if at_k is None:
+                lasts_at[k] = [r]
+            else:
+                at_k.append(r)
+
     def last_read(self, path: int, before: int, k: int) -> int:
         """The latest read result of `path` older than block `before` in the logical
         history of request k, or -1."""
-        reads = self.reads.get(path)
-        if not reads:
-            return -1
-        if self._visible is None:  # first asked: the blocks' logical intervals
+        if self._reads is None:  # first asked: the reads per file, in history order
             b = self._blocks
+            picked = np.flatnonzero(self._read)
+            self._reads = {}
+            for block, p in zip(picked.tolist(), b["path_hash"][picked].tolist(), strict=True):
+                self._reads.setdefault(p, []).append(block)
             self._visible = (b["first_request"].tolist(), b["hidden_from"].tolist())
+        reads = self._reads.get(path)
+        if not reads or self._visible is None:
+            return -1
         first, hidden = self._visible
         for i in range(bisect_left(reads, before) - 1, -1, -1):  # ascending block ids
             block = reads[i]
             if first[block] <= k < hidden[block]:
                 return block
         return -1
+
+    def facts(self, k: int, view: View, call: Call) -> tuple[int, int, int, int, bool]:
+        """(human_tokens, human_verbatim_tokens, summary_tokens, stale_file_refs,
+        after_compaction) of one call for request k, as the engine prices it.
+
+        The common case first and inline: the last view with items appended (its last
+        prefix hash and token count are the view's at the same place; a request adds 2
+        to 4 items), whose items are added from the appended slices alone."""
+        chains = view.chains
+        ids, hashes, tokens = self._seen
+        n = len(ids)
+        total = len(chains)
+        if n <= total and (
+            not n or (chains[n - 1] == self.chain and view.cum[n - 1] == self.total)
+        ):
+            if n < total:
+                new_ids = view.ids[n:]
+                new_hashes = view.hashes[n:]
+                new_tokens = view.tokens[n:]
+                ids += new_ids
+                hashes += new_hashes
+                tokens += new_tokens
+                self.chain = chains[-1]
+                self.total = view.cum[-1]
+                hash_of, tokens_of, human_of, artifact_of, keep = self._per_block
+                human = 0
+                rare = False  # an item that is no history block, or an artifact
+                for block, h, t in zip(new_ids, new_hashes, new_tokens, strict=True):
+                    if block < 0 or artifact_of[block]:
+                        rare = True
+                    elif h == hash_of[block] and t == tokens_of[block]:
+                        keep(block)
+                        human += human_of[block]
+                self.human += human
+                if rare:
+                    self._add_rare(new_ids, new_hashes, new_tokens)
+        else:
+            self._update(view)
+        stale = 0
+        after = False
+        kind = call.kind
+        if kind == "request":
+            lasts = self.lasts_at[k]
+            if lasts:
+                kept = self.verbatim
+                for last in lasts:
+                    if last not in kept:
+                        stale += 1
+            elif self.loop is not None:
+                uses = self.uses.get(k)
+                if uses:
+                    stale = self._stale(k, uses)
+            if self.summarized:
+                after = any(pos >= total or chains[pos] != chain for pos, chain in self.summarized)
+                self.summarized = []
+            if self.artifacts_changed:
+                seen = self.seen_artifacts
+                after = after or any(block not in seen for block in self.artifacts)
+                self.seen_artifacts = set(self.artifacts)
+                self.artifacts_changed = False
+        elif kind == "compaction" and total >= 2:
+            # The call's last item is its own prompt; before it is what it summarized.
+            self.summarized.append((total - 2, chains[total - 2]))
+        return (self.human_at[k], self.human, self.summary, stale, after)
+
+    def _add_rare(self, ids: list[int], hashes: list[int], tokens: list[int]) -> None:
+        """The appended items the inline loop passed over: items that are no history
+        block (into `inserted`) and artifacts (verbatim or not)."""
+        hash_of, tokens_of, human_of, artifact_of = (
+            self.hash_of,
+            self.tokens_of,
+            self.human_of,
+            self.artifact_of,
+        )
+        for block, h, t in zip(ids, hashes, tokens, strict=True):
+            if block < 0:
+                self.inserted += t
+            elif artifact_of[block]:
+                if h == hash_of[block] and t == tokens_of[block]:
+                    self.verbatim.add(block)
+                    self.human += human_of[block]
+                self._add_artifact(block, t)
+        self._summarize()
+
+    def _summarize(self) -> None:
+        """The summary tokens from the totals: the artifacts, and what the view inserts
+        beyond the system + tools prefix."""
+        inserted = self.inserted - self.prefix_tokens
+        self.summary = self.recorded + inserted if inserted > 0 else self.recorded
 
     def _same(self, view: View, lo: int, hi: int, shift: int = 0) -> bool:
         """Whether the view's items at positions lo..hi-1 are the last view's at lo + shift
@@ -203,21 +405,24 @@ class SessionLoss:
         block leaving, a snip), one that rewrote items holds the rest at the same
         positions (a re-chained prefix, a cleared or masked result: only their prefix
         hashes moved), and one that lost most of it (a compaction) is counted afresh.
-        The first two are found by slice comparisons, in C."""
-        chains = view.chains
-        seen_chains = self.chains
-        n = len(seen_chains)
-        total = len(chains)
+        The first two are found by slice comparisons, in C. A rewrite is most often of
+        one item (the shared Claude Code corpus under as-recorded: 157 of its 197 updates,
+        149 of them in the first five positions, the system + tools prefix), so the items
+        after the first that differs are compared at once before any search."""
+        n = len(self.ids)
+        total = len(view.ids)
         cum = view.cum
-        if (
-            0 < total < n
-            and seen_chains[total - 1] == chains[total - 1]
-            and self.total - sum(self.tokens[total:]) == cum[total - 1]
-        ):  # items left from the end only
+        if 0 < total < n and self._same(view, 0, total):  # items left from the end only
             self._drop(total, n)
-            del self.ids[total:], self.hashes[total:], self.tokens[total:], seen_chains[total:]
-            self.total = cum[-1]
-            return
+            del self.ids[total:], self.hashes[total:], self.tokens[total:]
+        else:
+            self._rewrite(view, n, total)
+        self.chain = view.chains[-1] if total else 0
+        self.total = cum[-1] if total else 0
+        self._summarize()
+
+    def _rewrite(self, view: View, n: int, total: int) -> None:
+        """`_update` for a view that differs from the last one before its end."""
         m = n if n <= total else total
         lo, hi = 0, m  # p: the first position whose item differs
         while lo < hi:
@@ -239,13 +444,17 @@ class SessionLoss:
             self._drop(p, p + shift)
             self._add(view, p + kept, total)
         else:
-            lo, hi = p, m  # q: items q..m-1 are the same items at the same positions
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self._same(view, mid, m):
-                    hi = mid
-                else:
-                    lo = mid + 1
+            # q: items q..m-1 are the same items at the same positions (q > p if p < m)
+            if p < m and self._same(view, p + 1, m):
+                lo = p + 1
+            else:
+                lo, hi = p, m
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if self._same(view, mid, m):
+                        hi = mid
+                    else:
+                        lo = mid + 1
             self._drop(p, lo)
             self._drop(m, n)
             self._add(view, p, lo)
@@ -253,8 +462,6 @@ class SessionLoss:
         self.ids[p:] = view.ids[p:]
         self.hashes[p:] = view.hashes[p:]
         self.tokens[p:] = view.tokens[p:]
-        seen_chains[:] = chains
-        self.total = cum[-1] if cum else 0
 
     def _shift(self, view: View, p: int) -> int:
         """How many items of the last view left at position p, if its items after them
@@ -325,64 +532,16 @@ class SessionLoss:
         self.recorded += held
         self.artifacts_changed = True
 
-    def facts(self, k: int, view: View, call: Call) -> tuple[int, int, int, int, bool]:
-        """(human_tokens, human_verbatim_tokens, summary_tokens, stale_file_refs,
-        after_compaction) of one call for request k, as the engine prices it."""
-        chains = view.chains
-        seen_chains = self.chains
-        n = len(seen_chains)
-        total = len(chains)
-        if n <= total and (
-            not n or (seen_chains[n - 1] == chains[n - 1] and self.total == view.cum[n - 1])
-        ):  # the last view and more (the common case): add what came
-            if n < total:
-                self._add(view, n, total)
-                self.ids += view.ids[n:]
-                self.hashes += view.hashes[n:]
-                self.tokens += view.tokens[n:]
-                seen_chains += chains[n:]
-                self.total = view.cum[-1]
-        else:
-            self._update(view)
-        inserted = self.inserted - self.prefix_tokens
-        summary = self.recorded + inserted if inserted > 0 else self.recorded
-        stale = 0
-        after = False
-        kind = call.kind
-        if kind == "request":
-            uses = self.uses.get(k)
-            if uses:
-                stale = self._stale(k, uses)
-            if self.summarized:
-                chains = view.chains
-                after = any(
-                    pos >= len(chains) or chains[pos] != chain for pos, chain in self.summarized
-                )
-                self.summarized = []
-            if self.artifacts_changed:
-                seen = self.seen_artifacts
-                after = after or any(block not in seen for block in self.artifacts)
-                self.seen_artifacts = set(self.artifacts)
-                self.artifacts_changed = False
-        elif kind == "compaction" and len(view.chains) >= 2:
-            # The call's last item is its own prompt; before it is what it summarized.
-            pos = len(view.chains) - 2
-            self.summarized.append((pos, view.chains[pos]))
-        return (self.human_at[k], self.human, summary, stale, after)
-
     def _stale(self, k: int, uses: list[tuple[int, int]]) -> int:
-        """Tool calls of request k's response naming a file whose last read the view no
-        longer sends verbatim."""
-        kept = self.verbatim
-        stale = 0
+        """With the re-fetch loop: tool calls of request k's response naming a file whose
+        latest read (the loop's reads) the view no longer sends verbatim; a use it fetched
+        the file back for is not stale, and neither its own read calls nor the re-reads it
+        left out are uses."""
         loop = self.loop
         if loop is None:
-            for block, path in uses:
-                last = self.last_read(path, block, k)
-                stale += last >= 0 and last not in kept
-            return stale
-        # The loop's reads; a use it fetched the file back for is not stale, and neither
-        # its own read calls nor the re-reads it left out are uses.
+            return 0
+        kept = self.verbatim
+        stale = 0
         fetched = loop.refetched.get(k, ())
         for block, path in uses:
             if block >= loop.n_blocks or block in loop.skipped or path in fetched:

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from simulator import policy
+from simulator import loss, policy
 from simulator.loss import replay_with_loss
 from simulator.model import Trace
 from simulator.replay import default_prices, replay
-from tests.support import Named
+from tests.support import SAMPLES, Named
+from traces.load import load
 from traces.synthetic import synthetic_session
 
 pytestmark = pytest.mark.benchmark(group="loss")
@@ -61,3 +62,20 @@ def test_shared_claude_code_corpus(
 @pytest.mark.parametrize("name", POLICIES)
 def test_synthetic_10k(benchmark: Any, synthetic_10k: Named, name: str) -> None:
     _ratio(benchmark, synthetic_10k, name)
+
+
+@pytest.mark.parametrize("name", ("as-recorded", "claude-code"))
+def test_read_pairing_paths_agree(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The stale-reference pairing has a Python pass for sessions with few reads and uses
+    and a numpy one for the rest (simulator/loss.py SMALL_EVENTS): forced each way, the
+    loss columns are the same, and the samples and the synthetic session do have stale
+    references to count."""
+    traces: Named = [(item.name, item.trace) for item in load([SAMPLES])]
+    traces.append(("synthetic", Trace("claude-code", "s", [synthetic_session(600, seed=3)])))
+    built = policy.build(name)
+    frames = []
+    for small in (0, 10**9):
+        monkeypatch.setattr(loss, "SMALL_EVENTS", small)
+        frames.append(replay_with_loss(traces, built).select(list(loss.LOSS_SCHEMA)))
+    assert frames[0].equals(frames[1])
+    assert frames[0]["stale_file_refs"].sum() > 0
