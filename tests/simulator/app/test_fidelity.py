@@ -1,7 +1,8 @@
 """Fidelity: the cost model against recorded usage, on a tiny trace built by hand.
 
-The trace: one Sonnet 4.5 session (cache minimum 1,024 tokens), three requests one minute
-apart (well inside the 5-minute TTL), each adding blocks to the context:
+The trace (tests/support/tiny.py): one Sonnet 4.5 session (cache minimum 1,024 tokens),
+three requests one minute apart (well inside the 5-minute TTL), each adding blocks to the
+context:
 
     request 0 at t=0:    prefix 5,000 + A 1,000                        context 6,000
     request 1 at t=60s:  + B 200 (response to 0) + C 800              context 7,000
@@ -29,49 +30,12 @@ from simulator import policy as registry
 from simulator.app.cli import main
 from simulator.app.fidelity import compare, summarize, worst
 from simulator.app.fidelity_report import render
-from simulator.model import Kind, Role, Trace
+from simulator.model import Trace
 from simulator.replay import replay
+from tests.support.tiny import EXACT, tiny_trace
 from traces import compiled
-from traces.builder import Hasher, RecordedUsage, SessionBuilder
 
-SONNET = "claude-sonnet-4-5-20250929"
-T0 = 1_760_000_000_000
-MINUTE = 60_000
 READ, WRITE_5M, OUTPUT = 0.30e-6, 3.75e-6, 15e-6
-
-#: (uncached input, cache read, write 5m, write 1h, output) per request, by the rules above.
-EXACT = [(0, 0, 6_000, 0, 200), (0, 6_000, 1_000, 0, 300), (0, 7_000, 800, 0, 100)]
-
-
-def tiny_trace(usage: list[tuple[int, int, int, int, int]] = EXACT, sid: str = "s-main") -> Trace:
-    """The three-request session above, with the given recorded usage."""
-    b = SessionBuilder(Hasher(sid.encode()), id=sid, kind="main", client="claude-code 2.1.34")
-
-    def block(msg: int, k: int, role: Role, tokens: int, origin: int = -1) -> None:
-        kind = Kind.TEXT if role == Role.ASSISTANT else Kind.TOOL_RESULT
-        ts = T0 + k * MINUTE - 1
-        b.add_block(
-            msg=msg,
-            kind=kind,
-            role=role,
-            text=f"{msg}",
-            ts=ts,
-            first_request=k,
-            tokens=tokens,
-            origin=origin,
-        )
-
-    block(0, 0, Role.USER, 1_000)
-    b.add_request(ts=T0, model=SONNET, usage=RecordedUsage(*usage[0]))
-    block(1, 1, Role.ASSISTANT, 200, origin=0)
-    block(2, 1, Role.USER, 800)
-    b.add_request(ts=T0 + MINUTE, model=SONNET, usage=RecordedUsage(*usage[1]))
-    block(3, 2, Role.ASSISTANT, 300, origin=1)
-    block(4, 2, Role.USER, 500)
-    b.add_request(ts=T0 + 2 * MINUTE, model=SONNET, usage=RecordedUsage(*usage[2]))
-    return Trace(
-        format="claude-code", source_digest=sid.encode().hex().ljust(64, "0"), sessions=[b.finish()]
-    )
 
 
 def _compare(trace: Trace) -> pl.DataFrame:

@@ -1,8 +1,9 @@
 """`ctxsim run`: its three files, their determinism, session aggregates and option parsing.
 
-The hand-computed session is the tiny trace of tests/simulator/app/test_fidelity.py replayed under
-`as-recorded`: requests (uncached, read, write 5m, write 1h, output) = (0, 0, 6000, 0, 200),
-(0, 6000, 1000, 0, 300), (0, 7000, 800, 0, 100), one minute apart. Rates (genai-prices 0.2.3,
+The hand-computed session is the tiny trace (tests/support/tiny.py; derived in
+tests/simulator/app/test_fidelity.py) replayed under `as-recorded`: requests (uncached,
+read, write 5m, write 1h, output) = (0, 0, 6000, 0, 200), (0, 6000, 1000, 0, 300),
+(0, 7000, 800, 0, 100), one minute apart. Rates (genai-prices 0.2.3,
 $/MTok): read 0.30, write 5m 3.75, output 15.
 """
 
@@ -68,7 +69,7 @@ def test_run_writes_its_tables_and_a_manifest(tiny: Path, tmp_path: Path) -> Non
         {
             "name": "tiny",
             "format": "claude-code",
-            "source_digest": "ab" * 32,
+            "source_digest": "732d6d61696e" + "0" * 52,  # "s-main" in hex
             "sessions": 1,
             "requests": 3,
             "skipped": {},
