@@ -529,15 +529,16 @@ def test_only_opencodes_compaction_misses_the_cache() -> None:
     assert row(opencode, 5, "compaction", "compact")["cache_read"] == 0
 
 
-def _prune_script(oldest: int) -> Script:
-    """Turn 1: results of `oldest` and 40,000 tokens; turn 2: a 30,000 result; turn 3: a
-    5,000 result; then a fourth user message. Each turn ends with 100 tokens of text.
+def _prune_script(oldest: int, oldest_tool: str | None = None) -> Script:
+    """Turn 1: results of `oldest` (of `oldest_tool`, by default the script's) and 40,000
+    tokens; turn 2: a 30,000 result; turn 3: a 5,000 result; then a fourth user message.
+    Each turn ends with 100 tokens of text.
     Requests: 0 first message (100); 1, 2 turn 1's rounds; 3 turn 2's message; 4 its
     round; 5 turn 3's message; 6 its round; 7 the fourth message."""
     s = read_script()
     s.user(100)
     s.request()
-    s.tool(oldest)
+    s.tool(oldest, name=oldest_tool)
     s.request()
     s.tool(40_000)
     s.request()
@@ -582,23 +583,7 @@ def test_opencode_prunes_before_every_request_when_asked() -> None:
 def test_opencode_never_prunes_protected_tools() -> None:
     """The oldest result is a "Skill" output: not counted, never cleared (opencode's
     protected "skill" tool); the 40,000 one is then the only candidate and is protected."""
-    s = read_script()
-    s.user(100)
-    s.request()
-    s.tool(20_000, name="Skill")
-    s.request()
-    s.tool(40_000)
-    s.request()
-    for result in (30_000, 5_000):
-        s.say(100)
-        s.user(100)
-        s.request()
-        s.tool(result)
-        s.request()
-    s.say(100)
-    s.user(100)
-    s.request()
-    frame = run(s, "opencode", {"summary_tokens": SUMMARY})
+    frame = run(_prune_script(20_000, "Skill"), "opencode", {"summary_tokens": SUMMARY})
     assert contexts(frame)[7] == 106_100
 
 
