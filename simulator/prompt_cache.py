@@ -431,7 +431,23 @@ GPT_5_5_LAUNCH_MS = 1_776_902_400_000
 #:   gap since the previous request (5 s: 12%, 10-45 s: 6-10%) and in the requests of the
 #:   last minute, so no lag or rate rule predicts them; an expected value of them
 #:   (read less a share of the previous prompt's gain) lowered the matched share by 4.6
-#:   points at a share of 5% and was not kept.
+#:   points at a share of 5% and was not kept. 26 more read exactly a start that another
+#:   session of the model read on one of its first requests (agentv's 23,936; 25 on
+#:   gpt-5.5): a machine that holds only a start shared across sessions. After a read of
+#:   less than half the previous context within the retention the session stays where it
+#:   went: the next request reads the low request's own prompt (gpt-5.5 103 of 130,
+#:   gpt-5.4 before GPT-5.5 31 of 45) more often than the state before it (14, 7), as
+#:   the replay's inferred prefix reset has it (simulator/prefix.py).
+#: * Not modelled either: gpt-5.5 at times reads one chunk less than the previous prompt's
+#:   floor, the more often the less that prompt reaches into its last chunk: of the
+#:   requests that only append, by the previous prompt's tokens past its last chunk
+#:   boundary (0-63, 64-127, ..., 448-511), 49 / 23 / 25 / 18 / 16 / 5 / 11 / 8 read a
+#:   chunk less against 280 / 325 / 281 / 301 / 288 / 285 / 310 / 318 the floor: a tail of
+#:   varying length that no fixed one fits (0 is best), where gpt-5.6's is sharp (below
+#:   128 past the boundary 107 of 114 read a chunk less, above it 4 of 708). And the grid
+#:   of a session whose warm start reads nothing: 5 of git-sync's 23 review sessions read
+#:   k x 512 from their second request on where the row's 384 + k x 512 stands (18
+#:   requests over by 384-1,920).
 #: * What breaks the prefix is the view's business: a model switch starts another cache
 #:   (one per model, simulator/replay.py); reasoning items dropped at a user turn (all
 #:   models but gpt-5.6: traces/codex.py `REASONING_AT_USER_TURN`) and compactions change

@@ -263,19 +263,23 @@ def test_recorded_reads_follow_the_chunk_grid_of_their_family() -> None:
     assert other_offset == 312
 
 
-def _rollout(day: str, cached: tuple[int, int, int] = (0, 19968, 19968)) -> list[bytes]:
+def _rollout(
+    day: str, cached: tuple[int, int, int] = (0, 19968, 19968), sid: str = "s", words: int = 0
+) -> list[bytes]:
     """One gpt-5.4 turn of three requests on `day`: two function calls (400 reasoning
     tokens, 500 of output each) with their outputs, then an answer; `cached`: their
-    recorded reads."""
+    recorded reads; `words`: the user message's length (else the whole first context is
+    the unlogged prefix)."""
 
     def line(second: int, kind: str, payload: dict[str, object]) -> bytes:
         stamp = f"{day}T03:00:{second:02d}.000Z"
         return json.dumps({"timestamp": stamp, "type": kind, "payload": payload}).encode()
 
+    content = [{"type": "input_text", "text": "word " * words}] if words else []
     out = [
-        line(0, "session_meta", {"id": "s", "cli_version": "0.118.0"}),
+        line(0, "session_meta", {"id": sid, "cli_version": "0.118.0"}),
         line(0, "turn_context", {"model": "gpt-5.4"}),
-        line(1, "response_item", {"type": "message", "role": "user", "content": []}),
+        line(1, "response_item", {"type": "message", "role": "user", "content": content}),
     ]
     total = 0
     for k, (context, output) in enumerate([(20000, 500), (20800, 500), (21600, 50)]):
@@ -329,3 +333,16 @@ def test_unmatched_requests_are_classed_by_what_the_recording_read(tmp_path: Pat
     it is the one unmatched request, an older prompt's state; the first is matched."""
     (tmp_path / "r.jsonl").write_bytes(b"\n".join(_rollout("2026-04-10", (0, 20352, 20352))))
     assert causes(tmp_path) == {"over: an older prompt's state": {"gpt-5.4, gpt-5-codex": 1}}
+
+
+def test_a_read_of_a_start_another_session_read_is_classed_as_such(tmp_path: Path) -> None:
+    """Request 2 reads 9,984 where the model reads 21,248: more than the prefix (about
+    5,000 tokens: the user message holds the rest), no earlier prompt's state. Alone it is
+    a partial read of no known cause; beside a session whose early requests read 9,984 too
+    (the same rollout under another id), it read a start another session found cached:
+    each session's request 2 is such a read of the other's."""
+    reads = (0, 20352, 9984)
+    (tmp_path / "a.jsonl").write_bytes(b"\n".join(_rollout("2026-04-10", reads, "a", 15000)))
+    assert causes(tmp_path) == {"over: partial, other": {"gpt-5.4, gpt-5-codex": 1}}
+    (tmp_path / "b.jsonl").write_bytes(b"\n".join(_rollout("2026-04-10", reads, "b", 15000)))
+    assert causes(tmp_path) == {"over: a start another session read": {"gpt-5.4, gpt-5-codex": 2}}

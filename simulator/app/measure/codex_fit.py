@@ -251,13 +251,36 @@ def _states(
     return out
 
 
+def _starts(traces: list[Trace]) -> dict[str, set[tuple[str, int]]]:
+    """Per model, (session id, read) of the nonzero reads of each session's first three
+    requests with that model: the starts other sessions found cached. A request reading
+    exactly one of another session's (more than the inferred prefix, less than its own
+    state) found only a start shared across sessions: routed to a machine without its
+    state, as a read of the shared start only is."""
+    out: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for trace in traces:
+        for session in trace.sessions:
+            r = session.requests
+            models, reads = r["model"].tolist(), r["cache_read"].tolist()
+            has = r["has_usage"].tolist()
+            seen: dict[int, int] = defaultdict(int)
+            for k, m in enumerate(models):
+                if has[k] and seen[m] < 3:
+                    seen[m] += 1
+                    if reads[k] > 0:
+                        out[session.models[m]].add((session.id, int(reads[k])))
+    return out
+
+
 def causes(src: Path) -> dict[str, dict[str, int]]:
     """The shipped model's unmatched requests (in sample) by cause and family: each
     recorded read against what the request would have read from each earlier prompt's
     state (codex.md: the table of causes)."""
     prices = PriceBook()
     table: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for item in load([src], lenient=True):
+    items = list(load([src], lenient=True))
+    starts = _starts([item.trace for item in items if item.trace is not None])
+    for item in items:
         assert item.trace is not None
         name, trace = item.name.removesuffix(".ctxt"), item.trace
         views: dict[tuple[int, int], Any] = {}
@@ -309,6 +332,8 @@ def causes(src: Path) -> dict[str, dict[str, int]]:
                         cause = "over: an older prompt's state"
                     elif sim - read < 2048:
                         cause = "over: by under 2k"
+                    elif any(v == read for sid, v in starts.get(model, ()) if sid != session.id):
+                        cause = "over: a start another session read"
                     else:
                         cause = "over: partial, other"
                 else:
