@@ -96,6 +96,12 @@ class ConversationSession(SessionPolicy):
         self.stripped: set[int] = set(np.flatnonzero(stripped).tolist())
         self.hidden: list[int] = ctx.session.blocks["hidden_from"].tolist()
         self.ttl_setting = str(params.get("cache.ttl", "recorded"))
+        #: The TTL every request writes with, or None: each its recorded one (`ttl`, read
+        #: once here: it is asked twice a request).
+        self._ttl_fixed: int | None = (
+            ttl_ms(self.ttl_setting, 0) if self.ttl_setting in ("5m", "1h") else None
+        )
+        self._recorded_ttl = ctx.recorded_ttl
         self.message_marks = message_marks
         self.cache = cache
         self.window = ctx.facts.window
@@ -103,6 +109,12 @@ class ConversationSession(SessionPolicy):
         self.last_output = 0
         self.since_last: list[int] = []
         self.call = Call("request", "", [], 0)
+        #: The system markers with TTL `_marks_ttl`, made once per TTL (`breakpoints`)
+        #: until a prefix reset gives the conversation new marks.
+        self._system_of: list[int] | None = None
+        self._marks_ttl = 0
+        self._system: list[Breakpoint] = []
+        self._system_last = -1
         self.warm_start = bool(params.get("warm_start", True))
         self.warm_done = not self.warm_start
         fixed = params.get("summary_tokens")
@@ -114,16 +126,28 @@ class ConversationSession(SessionPolicy):
     # -- the request ------------------------------------------------------------------
 
     def ttl(self, k: int) -> int:
-        return ttl_ms(self.ttl_setting, self.ctx.recorded_ttl[k])
+        fixed = self._ttl_fixed
+        if fixed is not None:
+            return fixed
+        if self.ttl_setting != "recorded":
+            return ttl_ms(self.ttl_setting, 0)  # an unknown setting: its error
+        return self._recorded_ttl[k]
 
     def breakpoints(self, view: View, ttl: int, *, fork: bool = False) -> list[Breakpoint]:
         """The system markers, then markers on the last `message_marks` items (a fork,
         such as a summary request, marks the item before its own prompt)."""
         last = len(view.ids) - (2 if fork else 1)
-        marks = [Breakpoint(p, ttl) for p in self.conv.marks if p <= last]
-        first_message = self.conv.n_prefix
-        wanted = [last - i for i in range(self.message_marks) if last - i >= first_message]
-        for p in sorted(wanted):
+        conv = self.conv
+        if conv.marks is not self._system_of or ttl != self._marks_ttl:
+            self._system_of, self._marks_ttl = conv.marks, ttl
+            self._system = [Breakpoint(p, ttl) for p in conv.marks]
+            self._system_last = max(conv.marks, default=-1)
+        system = self._system
+        if self._system_last > last:
+            marks = [m for m in system if m.position <= last]
+        else:
+            marks = list(system)
+        for p in range(max(last - self.message_marks + 1, conv.n_prefix), last + 1):
             if not marks or marks[-1].position < p:
                 marks.append(Breakpoint(p, ttl))
         return marks[-4:]
@@ -132,18 +156,20 @@ class ConversationSession(SessionPolicy):
         """Bring the conversation up to request k; returns the blocks that entered."""
         conv = self.conv
         conv.reset_prefix(k)
-        rewound: set[int] = set()
-        for b in self.schedule.leave[k]:
-            if b in self.stripped and self.hidden[b] == k:
-                if conv.index_of(b) is not None:
-                    conv.edit_out(b)  # still sent, no longer counted: prefix unchanged
-            else:
-                rewound.add(b)
-        conv.remove_blocks(rewound)
+        leaving = self.schedule.leave[k]
+        if leaving:  # most requests only append
+            rewound: set[int] = set()
+            for b in leaving:
+                if b in self.stripped and self.hidden[b] == k:
+                    if conv.index_of(b) is not None:
+                        conv.edit_out(b)  # still sent, no longer counted: prefix unchanged
+                else:
+                    rewound.add(b)
+            conv.remove_blocks(rewound)
         entering: list[int] = self.schedule.enter[k]
         self.on_enter(entering)
         conv.append(entering)
-        self.since_last.extend(entering)
+        self.since_last += entering
         return entering
 
     def on_enter(self, blocks: list[int]) -> None:
@@ -177,7 +203,8 @@ class ConversationSession(SessionPolicy):
         request k, warm the shared prefix, apply the policy's rule, send the view (an
         overflow above the blocking limit)."""
         self.sync(k)
-        self.warm_once(out, k)
+        if not self.warm_done or (self.warm_start and self.conv.prefix.warm_now):
+            self.warm_once(out, k)
         flags = self.transform(k, out) or {}
         view = self.conv.sync()
         if view.total > self.blocking_limit():

@@ -91,9 +91,14 @@ class Conversation:
         return self.hashes[key], self.tokens[key]
 
     def sent(self, key: int) -> tuple[int, int]:
-        """(hash, tokens) as billed: an item deleted by cache_edits keeps its hash, counts 0."""
-        h, t = self.item(key)
-        return (h, 0) if key >= 0 and key in self.edited else (h, t)
+        """(hash, tokens) as billed: an item deleted by cache_edits keeps its hash, counts 0.
+        (`item`, inlined: the stages ask this for every item they size.)"""
+        if key < 0:
+            s = self.synthetic[key]
+            return s.hash, s.tokens
+        o = self.override.get(key)
+        h, t = (self.hashes[key], self.tokens[key]) if o is None else o
+        return (h, 0) if key in self.edited else (h, t)
 
     def estimate_chars(self, key: int) -> int:
         """Characters as Claude Code's length/4 estimate sees them (images count 2,000
@@ -123,7 +128,12 @@ class Conversation:
             if plain and min(keys) >= 0:
                 self.view.extend_blocks(keys, self.hashes, self.tokens)
             else:
-                self.view.extend((k if k >= 0 else NO_BLOCK, *self.sent(k)) for k in keys)
+                sent = [self.sent(k) for k in keys]
+                self.view.extend_items(
+                    [k if k >= 0 else NO_BLOCK for k in keys],
+                    [h for h, _ in sent],
+                    [t for _, t in sent],
+                )
 
     def index_of(self, key: int) -> int | None:
         """Where `key` is in `items` (None: not there), without scanning them: an index

@@ -36,6 +36,8 @@ class Microcompact:
         self._cands: list[int] = []
         self._epoch = -1
         self._seen = 0
+        #: Per block: a result of a compactable tool (made at the first request).
+        self._compactable: list[bool] | None = None
 
     def _candidates(self, conv: Conversation) -> list[int]:
         """Results of the compactable tools not yet cleared or deleted, oldest first."""
@@ -45,16 +47,17 @@ class Microcompact:
             self._cands = []
         items = conv.items
         if self._seen < len(items):
-            result, tool, tools = conv.result, conv.block_tool, self.tools
+            compactable = self._compactable
+            if compactable is None:
+                tools = self.tools
+                compactable = self._compactable = [
+                    r and t in tools for r, t in zip(conv.result, conv.block_tool, strict=True)
+                ]
             cleared, edited = self.cleared, conv.edited
             self._cands += [
                 k
                 for k in items[self._seen :]
-                if k >= 0
-                and result[k]
-                and tool[k] in tools
-                and k not in cleared
-                and k not in edited
+                if k >= 0 and compactable[k] and k not in cleared and k not in edited
             ]
             self._seen = len(items)
         return self._cands

@@ -180,14 +180,23 @@ class _State(ConversationSession):
                 self.limits_sent = self.auto.limits(sent, ctx.facts.max_output)
         self._next = 0  # the request the engine asks `limits` for (it asks before `step`)
         self._current = self.limits_
+        #: The stated limits `limits` returns, by (limits, autocompact on): made once, not
+        #: per request (the engine asks before every request).
+        self._stated: dict[tuple[int, bool], StatedLimits] = {}
         self.recounts_response = bool(p["autocompact.estimate_recounts_response"])
         self.padding = float(p["autocompact.estimate_padding"])
         #: Per request, the output tokens the trigger adds (the logged ones where the
         #: request has usage, else -1: the policy's own count), or None: its own count.
-        self.logged_output: np.ndarray[Any, np.dtype[np.int64]] | None = None
+        self.logged_output: list[int] | None = None
         if p["autocompact.estimate_logged_output"]:
             r = ctx.session.requests
-            self.logged_output = np.where(r["has_usage"], r["output_recorded"], -1)
+            self.logged_output = np.where(r["has_usage"], r["output_recorded"], -1).tolist()
+        # Read once for the per-request path (`step`).
+        self._ts = ctx.ts
+        self._ts_end = ctx.ts_end
+        self._output = ctx.output
+        self._micro_on = self.micro.time_based or self.micro.cached
+        self._ttl_now = 0  # request k's TTL, read once by `transform` for `step`
         self.compact_off = env_truthy(p["DISABLE_COMPACT"])
         self.call_ttl = str(p["autocompact.call_ttl"])
         self._marks_of: list[int] = []
@@ -198,24 +207,33 @@ class _State(ConversationSession):
         self.budget.on_enter(self.conv, blocks)
 
     def estimate(self, k: int) -> int:
-        """The trigger's estimate (policies/base.py); from 2.1.2xx plus length/4 of the
-        last response's blocks after its first line (autocompact.py: the client's
-        walk back to the response's first line counts its later lines again), and the
-        part the last usage does not hold padded by `autocompact.estimate_padding`
-        (autocompact.py: 4/3 in 2.1.2xx)."""
-        estimate = super().estimate(k)
-        if self.last_total is None:
-            return estimate
-        known = self.last_total + self.last_output
-        if self.logged_output is not None and self.logged_output[k - 1] >= 0:
+        """The trigger's estimate (policies/base.py's, inlined: it runs every request);
+        from 2.1.2xx plus length/4 of the last response's blocks after its first line
+        (autocompact.py: the client's walk back to the response's first line counts its
+        later lines again), and the part the last usage does not hold padded by
+        `autocompact.estimate_padding` (autocompact.py: 4/3 in 2.1.2xx)."""
+        conv = self.conv
+        last_total = self.last_total
+        if last_total is None:
+            return conv.total()
+        origin, estimate_chars = conv.origin, conv.estimate_chars
+        previous = k - 1
+        newer = 0
+        again: list[int] = []
+        for key in self.since_last:
+            if key < 0 or origin[key] != previous:
+                newer += estimate_chars(key) // 4
+            else:
+                again.append(key)
+        known = last_total + self.last_output
+        estimate = known + newer
+        logged = self.logged_output
+        if logged is not None and logged[previous] >= 0:
             # The usage as the client held it: a streaming snapshot's output_tokens.
-            estimate += int(self.logged_output[k - 1]) - self.last_output
-            known = self.last_total + int(self.logged_output[k - 1])
-        if self.recounts_response:
-            conv = self.conv
-            origin = conv.origin
-            again = [key for key in self.since_last if key >= 0 and origin[key] == k - 1]
-            estimate += sum(conv.estimate_chars(key) // 4 for key in again[1:])
+            estimate += logged[previous] - self.last_output
+            known = last_total + logged[previous]
+        if self.recounts_response and len(again) > 1:
+            estimate += sum(estimate_chars(key) // 4 for key in again[1:])
         if self.padding == 1.0:
             return estimate
         return known + math.ceil((estimate - known) * self.padding)
@@ -224,14 +242,20 @@ class _State(ConversationSession):
         """Where this session compacts and blocks: collapse's commit and blocking points
         when collapse is on, else autocompact's threshold while it is on (not tripped, not
         switched off by a setting or the version's window rule) and the blocking limit."""
-        lim = self._limits_at(self._next)
-        if self.collapse.enabled:
-            return StatedLimits(
-                math.floor(self.collapse.commit * lim.effective),
-                math.floor(self.collapse.block * lim.effective),
-            )
+        lim = self.limits_sent if self._next < self.standard_from else self.limits_
         on = self.auto.enabled and not self.auto.tripped
-        return StatedLimits(lim.threshold if on else None, lim.blocking)
+        key = (id(lim), on)
+        stated = self._stated.get(key)
+        if stated is None:
+            if self.collapse.enabled:
+                stated = StatedLimits(
+                    math.floor(self.collapse.commit * lim.effective),
+                    math.floor(self.collapse.block * lim.effective),
+                )
+            else:
+                stated = StatedLimits(lim.threshold if on else None, lim.blocking)
+            self._stated[key] = stated
+        return stated
 
     def _limits_at(self, k: int) -> Limits:
         """The limits of the client process that sent request k."""
@@ -260,19 +284,49 @@ class _State(ConversationSession):
             marks = self._marks_by_ttl[ttl] = [Breakpoint(p, ttl) for p in self._marks_of]
         return marks
 
+    def step(self, k: int, out: Emitter) -> None:
+        """The shared step (policies/base.py `step` and `send`), inlined: it runs once per
+        request and its calls were a third of the pipeline's time. Sync, warm, the stages
+        (`transform`), then the request with its usage kept for the next estimate."""
+        conv = self.conv
+        self.sync(k)
+        if not self.warm_done or (self.warm_start and conv.prefix.warm_now):
+            self.warm_once(out, k)
+        flags = self.transform(k, out)
+        view = conv.sync()
+        if view.total > self._current.blocking:
+            flags["overflow"] = True
+        call = self.call
+        call.breakpoints = self.breakpoints(view, self._ttl_now) if self.cache else []
+        output = self._output[k]
+        call.output_tokens = output
+        call.flags = flags
+        call.cached = self.cache
+        if conv.pending_edits:  # what the stages changed without a call, on the record
+            for edit in conv.pending_edits:
+                out.edit(edit)
+            conv.pending_edits = []
+        out.call(view, call)
+        conv.sent_items = len(conv.items)
+        self.last_total = view.total
+        self.last_output = output
+        self.since_last = []
+
     def transform(self, k: int, out: Emitter) -> dict[str, bool]:
         """The five stages before request k (the shared step, policies/base.py, syncs,
         warms and sends): snip and microcompact trim, then the recording's own compaction,
         collapse, or autocompact when due."""
         conv = self.conv
-        ttl = self.ttl(k)
-        limits = self._current = self._limits_at(k)
+        ttl = self._ttl_now = self.ttl(k)
+        limits = self._current = self.limits_sent if k < self.standard_from else self.limits_
         estimate = self.estimate(k)
-        estimate -= self.snip.run(conv, estimate, limits.effective)
-        prev_end = self.ctx.ts_end[k - 1] if k else None  # last assistant message
-        estimate -= self.micro.run(conv, self.ctx.ts[k], prev_end)
+        if self.snip.enabled:
+            estimate -= self.snip.run(conv, estimate, limits.effective)
+        if self._micro_on:
+            prev_end = self._ts_end[k - 1] if k else None  # last assistant message
+            estimate -= self.micro.run(conv, self._ts[k], prev_end)
         flags: dict[str, bool] = {}
-        if k in self.recorded and self.conv.items and not self.compact_off:
+        if k in self.recorded and conv.items and not self.compact_off:
             # The recording's own compaction (the user's /compact happens whatever stages
             # are on). What it logged after its summary (the command lines, the next
             # prompt) came after the compaction: it stays.
@@ -291,7 +345,7 @@ class _State(ConversationSession):
                 estimate -= freed
             if self.collapse.blocked(estimate, limits.effective):
                 flags["overflow"] = True
-        elif self.auto.due(estimate, limits):
+        elif estimate >= limits.threshold and self.auto.due(estimate, limits):
             snapshot = conv.sync().copy()
             if self.auto.session_memory(conv):
                 self._memory_call(out, snapshot, ttl)

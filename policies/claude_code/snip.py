@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from policies.claude_code.groups import GroupIndex
 from policies.conversation import Conversation
 
 
@@ -23,27 +24,39 @@ class Snip:
         self.head = int(p["snip.keep_head_groups"])
         self.tail = int(p["snip.keep_tail_groups"])
         self.snips = 0
+        self.groups = GroupIndex()
 
     def run(self, conv: Conversation, estimate: int, effective: int) -> int:
-        """Snip if due; returns the tokens freed."""
+        """Snip if due; returns the tokens freed. The groups removed are consecutive, so
+        they leave as one range of items (the items are distinct)."""
         if not self.enabled or estimate < self.trigger * effective:
             return 0
-        groups = conv.groups()
+        groups = self.groups(conv)
         if len(groups) <= self.head + self.tail:
             return 0
-        bounds = [*groups, len(conv.items)]
-        removable = list(range(self.head, len(groups) - self.tail))
         goal = estimate - int(self.target * effective)
+        if goal <= 0:
+            return 0
+        items = conv.items
+        # Each item's tokens as `conv.item` gives them, looked up directly (a few hundred
+        # items a snip): a synthetic item's, a rewritten block's, else the block's.
+        synthetic, override, tokens = conv.synthetic, conv.override, conv.tokens
+        lo = hi = groups[self.head]
         freed = 0
-        drop: set[int] = set()
-        for g in removable:
+        end_group = self.head
+        for g in range(self.head + 1, len(groups) - self.tail + 1):
             if freed >= goal:
                 break
-            for key in conv.items[bounds[g] : bounds[g + 1]]:
-                drop.add(key)
-                freed += conv.item(key)[1]
-        if not drop:
-            return 0
-        conv.remove_blocks(drop, edit="snip")
+            end = groups[g] if g < len(groups) else len(items)
+            for key in items[hi:end]:
+                if key < 0:
+                    freed += synthetic[key].tokens
+                else:
+                    o = override.get(key)
+                    freed += tokens[key] if o is None else o[1]
+            hi = end
+            end_group = g
+        conv.replace_range(lo, hi, [], edit="snip")
+        self.groups.removed(conv, self.head, end_group, lo, hi)
         self.snips += 1
         return freed

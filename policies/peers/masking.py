@@ -18,6 +18,8 @@ from simulator.policy import Emitter, Limits, Policy, SessionContext, SessionPol
 #: Tokens of the placeholder an old observation becomes.
 PLACEHOLDER_TOKENS = 12
 MASK_SALT = 0x3A5C
+#: What `limits` states (one object: the engine asks before every request).
+_NO_THRESHOLD = Limits(threshold=None)
 
 
 class MaskingSession(ConversationSession):
@@ -43,7 +45,7 @@ class MaskingSession(ConversationSession):
         """No token threshold: masking acts on the count of observations (every one past
         the newest `keep_observations`), whatever their size; nothing refuses to send (the
         window)."""
-        return Limits(threshold=None)
+        return _NO_THRESHOLD
 
     def transform(self, k: int, out: Emitter) -> None:
         """Mask every observation but the newest `keep`. Items only append between epochs

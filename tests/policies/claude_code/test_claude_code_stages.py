@@ -27,10 +27,14 @@ from typing import Any
 import orjson
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from policies.claude_code.autocompact import Attempt, Autocompact
-from policies.claude_code.policy import BASE, COMPACTABLE_TOOLS, preset_for
-from policies.conversation import CLEARED_TOKENS
+from policies.claude_code.groups import GroupIndex
+from policies.claude_code.policy import BASE, COMPACTABLE_TOOLS, _State, preset_for
+from policies.claude_code.snip import Snip
+from policies.conversation import CLEARED_TOKENS, Conversation
 from simulator import policy
 from simulator.app.cli import parse_param
 from simulator.model import Flag, Kind, Role, Trace
@@ -1003,3 +1007,148 @@ def test_a_pickled_policy_replays_identically() -> None:
     copied = replay([("t", trace)], pickle.loads(pickle.dumps(p)))
     assert original.equals(copied)
     assert compactions(original) == [(16, "autocompact")]
+
+
+# -- running indices (issue 16): the same replay as the rescans they replaced ----------------
+
+
+def snip_rescan(self: Snip, conv: Conversation, estimate: int, effective: int) -> int:
+    """Snip as it was before the group index: the groups walked from scratch, the groups
+    to drop collected as a set and removed wherever they are."""
+    if not self.enabled or estimate < self.trigger * effective:
+        return 0
+    groups = conv.groups()
+    if len(groups) <= self.head + self.tail:
+        return 0
+    bounds = [*groups, len(conv.items)]
+    goal = estimate - int(self.target * effective)
+    freed = 0
+    drop: set[int] = set()
+    for g in range(self.head, len(groups) - self.tail):
+        if freed >= goal:
+            break
+        for key in conv.items[bounds[g] : bounds[g + 1]]:
+            drop.add(key)
+            freed += conv.item(key)[1]
+    if not drop:
+        return 0
+    conv.remove_blocks(drop, edit="snip")
+    self.snips += 1
+    return freed
+
+
+TOOLS = ("Bash", "Read", "skill")
+
+
+@st.composite
+def scripted_rounds(draw: st.DrawFn) -> Trace:
+    """Rounds of three tools, human turns, idle gaps (time-based microcompact), rewinds
+    and stripped blocks (items leaving: the indexes rebuild), assistant text."""
+    s = Script(prefix=2_000)
+    s.user(draw(st.integers(10, 400)))
+    s.request()
+    blocks: list[int] = []
+    for _ in range(draw(st.integers(5, 40))):
+        gap = MINUTE
+        action = draw(
+            st.sampled_from(("round", "round", "round", "user", "say", "gap", "rewind", "strip"))
+        )
+        if action == "round":
+            use, result = s.tool(draw(st.sampled_from(TOOLS)), draw(st.integers(1, 9_000)))
+            blocks += [use, result]
+        elif action == "user":
+            blocks.append(s.user(draw(st.integers(5, 300))))
+        elif action == "say":
+            blocks.append(s.say(draw(st.integers(5, 300))))
+        elif action == "gap":
+            gap = 61 * MINUTE
+        elif action == "rewind" and blocks:
+            for block in blocks[-draw(st.integers(1, min(4, len(blocks)))) :]:
+                s.b.hide(block, s.k)
+        elif action == "strip" and blocks:
+            s.b.strip(draw(st.sampled_from(blocks)), s.k)
+        s.request(gap)
+    return s.trace()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    trace=scripted_rounds(),
+    trigger=st.sampled_from((0.001, 0.01, 0.05, 0.2)),
+    target=st.sampled_from((0.0005, 0.005, 0.02)),
+    head=st.integers(0, 2),
+    tail=st.integers(0, 3),
+    cached=st.booleans(),
+    preset=st.sampled_from((NEWEST, "claude-code@2.1.221")),
+)
+def test_the_group_index_and_snip_match_the_rescan(
+    trace: Trace, trigger: float, target: float, head: int, tail: int, cached: bool, preset: str
+) -> None:
+    """Snip over the group index (policies/claude_code/groups.py) gives the rows and edits
+    of snip over the walk of the whole conversation, and at every request it asks, the
+    index equals the walk."""
+    params = {
+        "snip.enabled": True,
+        "snip.trigger_fraction": trigger,
+        "snip.target_fraction": target,
+        "snip.keep_head_groups": head,
+        "snip.keep_tail_groups": tail,
+        "microcompact.time_based.enabled": True,
+        "microcompact.cached.enabled": cached,
+        "microcompact.cached.trigger_count": 3,
+        "microcompact.cached.keep": 1,
+        "budget.per_message.enabled": True,
+        "budget.per_message.max_chars": 20_000,
+    }
+    asked = 0
+    indexed = GroupIndex.__call__
+
+    def checked(self: GroupIndex, conv: Conversation) -> list[int]:
+        nonlocal asked
+        asked += 1
+        got = indexed(self, conv)
+        assert got == conv.groups()
+        return got
+
+    results = []
+    for rescan in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            if rescan:
+                mp.setattr(Snip, "run", snip_rescan)
+            else:
+                mp.setattr(GroupIndex, "__call__", checked)
+            edits: list[Any] = []
+            frame = replay([("t", trace)], policy.build(preset, params), edits=edits)
+            results.append((frame, edits))
+    (rows, edits), (want_rows, want_edits) = results
+    assert rows.equals(want_rows)
+    assert edits == want_edits
+    if trigger == 0.001 and len(trace.sessions[0].requests) > 2:
+        assert asked > 0  # snip was due at every request after the first (2,000 > 180)
+
+
+def test_the_group_index_follows_appends_and_rebuilds_when_items_leave() -> None:
+    """Hand-checked: [user, use0, result0, use1, result1] is two groups after the user
+    run (starts 0, 1, 3); appending a user turn adds a start, and dropping the first
+    round (the epoch moves) re-walks: starts 0, 1, 3 again over the shorter items."""
+    s = Script(prefix=2_000)
+    s.user(100)
+    s.request()
+    s.rounds(2, "Bash", 500)
+    s.user(50)
+    s.request()
+    frame_trace = s.trace()
+    seen: list[list[int]] = []
+    index = GroupIndex()
+
+    def transform(self: Any, k: int, out: Any) -> dict[str, bool]:
+        seen.append(list(index(self.conv)))
+        if k == 3:
+            self.conv.remove_blocks({1, 2})
+            seen.append(list(index(self.conv)))
+        return {}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_State, "transform", transform)
+        replay([("t", frame_trace)], policy.build(NEWEST))
+    assert seen == [[0], [0, 1], [0, 1, 3], [0, 1, 3, 5], [0, 1, 3]]
