@@ -15,6 +15,11 @@ Anthropic (explicit breakpoints), per its prompt-caching documentation:
 * Prefixes shorter than the model's minimum (simulator/models.py) are not cached.
 * `cache_edits` deletions zero an item's tokens without changing its hash (View.edit_out):
   the cached prefix stays valid and the deleted tokens are simply not billed.
+* A request the client sends without logging it can write an entry the next logged one
+  reads: Claude Code's prompt suggestion, sent when a turn ends with its marker on the
+  response, writes the conversation through that response (policies/as_recorded.py
+  `post_turn_writes`). The replay seeds it as written at the turn's end with the turn's
+  TTL (`PromptCache.warm` at that time, through the engine's `written`), unpriced.
 
 OpenAI (automatic): every prompt is cached as it goes; a later prompt sharing a prefix of
 at least 1,024 tokens reads it in steps (128 tokens by OpenAI's guide; whole 512- and

@@ -200,6 +200,10 @@ class _SessionEngine(Emitter):
         for cache in self.caches.values():
             cache.warm_entry(*spec)
 
+    def written(self, view: View, position: int, at_ms: int, ttl_ms: int) -> None:
+        """An unlogged request of the client wrote this model's cache (not priced)."""
+        self.cache.warm(view, position, at_ms, ttl_ms)
+
     def edit(self, edit: Edit) -> None:
         self.pending.append(edit)
 
