@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any, Literal, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast
 
 import matplotlib
 import polars as pl
@@ -32,8 +32,24 @@ from matplotlib.text import Annotation
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import IdentityTransform
 
-from reports.charts import POLICY_COLORS, RC, dollars_label, png_bytes, tokens_label
+from reports.charts import (
+    EDGE,
+    LABELPAD,
+    POLICY_COLORS,
+    RC,
+    TICK,
+    TITLEPAD,
+    _Fit,
+    dollars_label,
+    png_bytes,
+    tokens_label,
+)
 from simulator.frames import grid_keys
+
+if TYPE_CHECKING:
+    from matplotlib.axis import Axis
+    from matplotlib.colorbar import Colorbar
+    from matplotlib.legend import Legend
 
 #: (cells-table column, panel title, y label) of a parameter chart, in panel order.
 PANELS: tuple[tuple[str, str, str], ...] = (
@@ -161,6 +177,72 @@ def _styles(policies: Sequence[str]) -> dict[str, dict[str, Any]]:
     }
 
 
+# -- layout ---------------------------------------------------------------------------------
+# As the run charts (reports/charts.py `_Fit`): each chart's axes are placed from the measured
+# sizes of its own texts and it is drawn once, where constrained layout computed every tick
+# and text for a layout pass and again for the draw (issue 16). Measured on the charts of a
+# 20-cell sweep of the shared Claude Code corpus (parameter and loss chart: 0.92-1.06 s of CPU
+# with constrained layout, 0.74-0.85 s so) and of a 2x2-parameter sweep of traces/samples
+# (five charts with the heatmap: 2.14-2.19 s, 1.69-1.77 s), at load 7-8: a fifth less. The
+# rest is matplotlib making the axes, ticks and texts, and drawing them once.
+
+
+def _tick_texts(axis: Axis) -> list[str]:
+    """The major tick labels `axis` draws, its limits final: its locator's ticks inside the
+    view (with matplotlib's own tolerance for a tick on an end) as its formatter writes them."""
+    low, high = sorted(axis.get_view_interval())
+    slack = 1e-10 * max(abs(high - low), 1.0)
+    locs = [float(v) for v in axis.get_major_locator()() if low - slack <= v <= high + slack]
+    return [t for t in axis.get_major_formatter().format_ticks(locs) if t]
+
+
+def _wrapped(fit: _Fit, text: str, size: float, room: float) -> str:
+    """`text` with each line longer than `room` pixels broken between words, and a word
+    longer than that after a dot, an underscore or "=" (a rotated axis label longer than
+    its axes ran over the next row's and the title: a policy held at
+    "autocompact.buffer_tokens=14k (own 13k not on the grid)")."""
+    lines = []
+    for line in text.split("\n"):
+        pieces: list[tuple[str, str]] = []  # (what joins it to the piece before, piece)
+        for k, word in enumerate(line.split(" ")):
+            parts = [word]
+            if fit.text(word, size)[0] > room:
+                parts = [p for p in re.split(r"(?<=[._=])", word) if p]
+            pieces += [(" " if k and not j else "", part) for j, part in enumerate(parts)]
+        current = pieces[0][1] if pieces else ""
+        for joint, piece in pieces[1:]:
+            joined = current + joint + piece
+            if fit.text(joined, size)[0] <= room:
+                current = joined
+            else:
+                lines.append(current)
+                current = piece
+        lines.append(current)
+    return "\n".join(lines)
+
+
+def _suptitle(fig: Figure, fit: _Fit, text: str) -> float:
+    """The chart's title at its top left; returns the room it takes from the top (pixels)."""
+    fig.suptitle(text, fontsize=11, x=EDGE / fit.width, y=1 - EDGE / fit.height, ha="left")
+    return EDGE + fit.text(text, 11)[1] + EDGE
+
+
+def _bottom_legend(
+    fig: Figure, fit: _Fit, handles: list[Any], labels: list[str], ncol: int, **options: Any
+) -> float:
+    """A figure legend centred on the bottom edge, in `ncol` columns, or one where a row of
+    them is wider than the figure (a loss chart of two panels: its three long entries ran
+    off both sides); returns the room it takes (pixels)."""
+    anchor = {"loc": "lower center", "borderaxespad": 0.0, **options}
+    anchor["bbox_to_anchor"] = (0.5, EDGE / fit.height)
+    anchor["bbox_transform"] = fig.transFigure
+    legend: Legend = fig.legend(handles, labels, ncol=ncol, **anchor)
+    if ncol > 1 and fit.legend(legend)[0] > fit.width - 2 * EDGE:
+        legend.remove()
+        legend = fig.legend(handles, labels, ncol=1, **anchor)
+    return EDGE + fit.legend(legend)[1] + EDGE
+
+
 def parameter_chart(
     cells: pl.DataFrame,
     key: str,
@@ -179,7 +261,7 @@ def parameter_chart(
     order, numeric = _axis_values(cells[key].drop_nulls().to_list())
     own_lines = False
     with matplotlib.rc_context(cast(Any, RC)):
-        fig = Figure(figsize=(10.0, 6.6), layout="constrained")
+        fig = Figure(figsize=(10.0, 6.6))
         axes = fig.subplots(2, 2, sharex=True).ravel()
         drawn = []
         for policy in policies:
@@ -215,17 +297,48 @@ def parameter_chart(
             handles.append(Line2D([], [], color="#555555", ls=":", lw=1.2))
             labels.append("policy's own value")
         wide = max((len(t) for t in labels), default=0) > 36
-        fig.legend(
-            handles,
-            labels,
-            loc="outside lower center",
-            ncol=(2 if wide else 4) if len(labels) > 1 else 1,
-            title="policy (other grid parameters held at)" if wide else None,
-        )
-        fig.suptitle(f"Sweep over {title}{note}", fontsize=11, x=0.01, ha="left")
         if not drawn:
             axes[0].text(0.5, 0.5, "no finished cell", transform=axes[0].transAxes)
+        fit = _Fit(fig)
+        top = _suptitle(fig, fit, f"Sweep over {title}{note}")
+        bottom = _bottom_legend(
+            fig,
+            fit,
+            handles,
+            labels,
+            (2 if wide else 4) if len(labels) > 1 else 1,
+            title="policy (other grid parameters held at)" if wide else None,
+        )
+        _place_panels(fit, axes, top, bottom, fit.text(title)[1] + LABELPAD)
         return png_bytes(fig)
+
+
+def _place_panels(
+    fit: _Fit, axes: Sequence[Axes], top: float, bottom: float, xlabel: float
+) -> None:
+    """The parameter chart's 2x2 panels (x shared: tick labels and label on the bottom row
+    only): a column as wide as its widest y tick labels and label need, the panel titles
+    (10 pt, one line) over each row, the last x tick label's overhang at the right."""
+    w, h = fit.width, fit.height
+    title = fit.text("Cost", 10)[1] + TITLEPAD
+    ticks = _tick_texts(axes[2].xaxis)
+    overhang = fit.text(ticks[-1])[0] / 2 if ticks else 0.0
+    lefts = []
+    for c in (0, 1):
+        column = (axes[c], axes[c + 2])
+        widest = max(fit.widest(_tick_texts(ax.yaxis)) for ax in column)
+        label = max(fit.text(ax.get_ylabel())[1] for ax in column)
+        lefts.append(EDGE + widest + TICK + label + LABELPAD)
+    gap = overhang + 2 * EDGE
+    width = (w - lefts[0] - gap - lefts[1] - overhang - EDGE) / 2
+    under = fit.text("0")[1] + TICK + xlabel
+    between = TICK + EDGE + title
+    height = (h - top - title - between - under - bottom) / 2
+    for i, ax in enumerate(axes):
+        row, col = divmod(i, 2)
+        left = lefts[0] + col * (width + gap + lefts[1])
+        y = h - top - title - height - row * (height + between)
+        ax.set_position((left / w, y / h, max(width, 0.1 * w) / w, max(height, 0.1 * h) / h))
 
 
 def heatmap_chart(
@@ -264,8 +377,7 @@ def heatmap_chart(
     height = 0.45 * len(ys) + 1.7
     with matplotlib.rc_context(cast(Any, RC)):
         fig = Figure(
-            figsize=(min(18.0, max(6.0, width * columns + 1.2)), max(4.0, height * n_rows + 0.9)),
-            layout="constrained",
+            figsize=(min(18.0, max(6.0, width * columns + 1.2)), max(4.0, height * n_rows + 0.9))
         )
         grid = fig.subplots(n_rows, columns, squeeze=False)
         axes = list(grid.ravel())
@@ -307,13 +419,59 @@ def heatmap_chart(
             ax.set_title(title, loc="left", fontsize=9)
         for ax in axes[len(policies) :]:
             ax.set_visible(False)
+        bar = None
         if image is not None:
-            bar = fig.colorbar(image, ax=axes[: len(policies)], shrink=0.9)
+            bar = fig.colorbar(image, cax=fig.add_axes((0.0, 0.0, 0.1, 0.1)))
             bar.set_label("cost (USD, all sessions)")
             bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: dollars_label(v)))
         x_name, y_name = names.get(x_key, x_key), names.get(y_key, y_key)
-        fig.suptitle(f"Cost over {x_name} and {y_name}", fontsize=11, x=0.01, ha="left")
+        fit = _Fit(fig)
+        top = _suptitle(fig, fit, f"Cost over {x_name} and {y_name}")
+        _place_heatmaps(fit, grid, bar, top)
         return png_bytes(fig)
+
+
+#: Width of a heatmap chart's colour bar, in pixels.
+BAR_WIDTH = 16.0
+
+
+def _place_heatmaps(fit: _Fit, grid: Any, bar: Colorbar | None, top: float) -> None:
+    """The heatmap panels (each with its own tick labels, axis labels and a title of one or
+    two lines, 9 pt) in rows of equal panels, and the colour bar at the right, as tall as
+    the panels' rows (nine tenths), its dollar ticks and label beside it."""
+    w, h = fit.width, fit.height
+    rows, columns = grid.shape
+    shown = [ax for ax in grid.ravel() if ax.get_visible()] or [grid[0][0]]
+    left = EDGE + max(fit.widest(_tick_texts(ax.yaxis)) for ax in shown) + TICK
+    left += max(fit.text(ax.get_ylabel())[1] for ax in shown) + LABELPAD
+    title = max(fit.text(ax.get_title(loc="left"), 9)[1] for ax in shown) + TITLEPAD
+    under = fit.text("0")[1] + TICK + max(fit.text(ax.get_xlabel())[1] for ax in shown)
+    under += LABELPAD
+    ends = [t for ax in shown for t in (_tick_texts(ax.xaxis)[-1:] or [""])]
+    overhang = max(fit.text(t)[0] / 2 for t in ends)
+    right = overhang + EDGE
+    if bar is not None:
+        ticks = fit.widest(_tick_texts(bar.ax.yaxis))
+        right = 3 * EDGE + BAR_WIDTH + TICK + ticks + LABELPAD + fit.text(bar.ax.get_ylabel())[1]
+        right += EDGE
+    gap = overhang + 2 * EDGE
+    width = (w - columns * left - (columns - 1) * gap - right) / columns
+    height = (h - top - rows * (title + under) - (rows - 1) * EDGE - EDGE) / rows
+    for r in range(rows):
+        y = h - top - title - height - r * (height + under + EDGE + title)
+        for c in range(columns):
+            x = left + c * (width + gap + left)
+            grid[r][c].set_position(
+                (x / w, y / h, max(width, 0.1 * w) / w, max(height, 0.1 * h) / h)
+            )
+    if bar is not None:
+        used = max(1, math.ceil(len(shown) / columns))
+        span = used * (height + title + under + EDGE) - title - under - EDGE
+        low = h - top - title - span
+        x = w - right + 2 * EDGE
+        bar.ax.set_position(
+            (x / w, (low + 0.05 * span) / h, BAR_WIDTH / w, max(0.9 * span, 0.1 * h) / h)
+        )
 
 
 #: (cells-table column, panel title, x label) of a cost-against-loss chart, in panel order:
@@ -457,7 +615,7 @@ def loss_chart(
     style = _styles([p for p, *_ in sections])
     n_rows = max(1, len(sections))
     with matplotlib.rc_context(cast(Any, RC)):
-        fig = Figure(figsize=(3.2 * len(panels) + 0.9, 2.9 * n_rows + 1.3), layout="constrained")
+        fig = Figure(figsize=(3.2 * len(panels) + 0.9, 2.9 * n_rows + 1.3))
         grid = fig.subplots(n_rows, len(panels), squeeze=False, sharey="row")
         for r, (policy, rows, held, mine) in enumerate(sections):
             color = style[policy]["color"]
@@ -548,9 +706,41 @@ def loss_chart(
             f"the policy's own {title}",
             "the cheapest cell overflowing no more than the own value",
         ]
-        fig.legend(handles, labels, loc="outside lower center", ncol=3)
-        fig.suptitle(f"Cost against loss along {title}{note}", fontsize=11, x=0.01, ha="left")
+        fit = _Fit(fig)
+        top = _suptitle(fig, fit, f"Cost against loss along {title}{note}")
+        bottom = _bottom_legend(fig, fit, handles, labels, 3)
+        _place_loss_panels(fit, grid, top, bottom)
         return png_bytes(fig)
+
+
+def _place_loss_panels(fit: _Fit, grid: Any, top: float, bottom: float) -> None:
+    """The loss chart's rows of panels (y shared along a row: tick labels and label in the
+    first column only; every panel has its x tick labels and label, 8 pt): the first
+    column's y texts at the left, panel titles (10 pt) over the first row, and between
+    panels the x tick labels' overhangs (half the first and last labels)."""
+    w, h = fit.width, fit.height
+    rows, columns = grid.shape
+    title = fit.text("Stale", 10)[1] + TITLEPAD
+    under = fit.text("0")[1] + TICK + fit.text("tool", 8)[1] + LABELPAD
+    height = (h - top - title - rows * under - (rows - 1) * EDGE - bottom) / rows
+    first = [grid[r][0] for r in range(rows)]
+    for ax in first:  # a policy's label and held values, read along its row's height
+        ax.set_ylabel(_wrapped(fit, ax.get_ylabel(), 8, height), fontsize=8)
+    widest = max(fit.widest(_tick_texts(ax.yaxis)) for ax in first)
+    label = max(fit.text(ax.get_ylabel(), 8)[1] for ax in first)
+    left = EDGE + widest + TICK + label + LABELPAD
+    ends = [_tick_texts(ax.xaxis) for ax in grid.ravel()]
+    right = max((fit.text(t[-1])[0] / 2 for t in ends if t), default=0.0)
+    start = max((fit.text(t[0])[0] / 2 for t in ends if t), default=0.0)
+    gap = right + start + 2 * EDGE
+    width = (w - left - (columns - 1) * gap - right - EDGE) / columns
+    for r in range(rows):
+        y = h - top - title - height - r * (height + under + EDGE)
+        for c in range(columns):
+            x = left + c * (width + gap)
+            grid[r][c].set_position(
+                (x / w, y / h, max(width, 0.1 * w) / w, max(height, 0.1 * h) / h)
+            )
 
 
 def sweep_charts(
@@ -602,7 +792,7 @@ def trials_chart(
     numeric = [d for d in dimensions if d in done.columns and done[d].dtype.is_numeric()][:2]
     money = objective == "cost"
     with matplotlib.rc_context(cast(Any, RC)):
-        fig = Figure(figsize=(4.2 * (1 + len(numeric)) + 1.0, 4.2), layout="constrained")
+        fig = Figure(figsize=(4.2 * (1 + len(numeric)) + 1.0, 4.2))
         axes = fig.subplots(1, 1 + len(numeric), squeeze=False)[0]
         ax = axes[0]
         feasible = done.filter(pl.col("feasible"))
@@ -682,14 +872,75 @@ def trials_chart(
                 _money_axis(ax)
             ax.set_title(f"Objective against {names.get(key, key)}", loc="left", fontsize=10)
             _legend_below(ax)
+        fit = _Fit(fig)
+        _place_row(fit, list(axes), EDGE)
         return png_bytes(fig)
 
 
-def _legend_below(ax: Axes) -> None:
-    """Under the axes: no legend ever hides a trial."""
+def _legend_below(ax: Axes, ncol: int = 3) -> None:
+    """Under the axes (placed by `_place_row`): no legend ever hides a trial."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(3, len(labels)))
+        ax.legend(loc="upper center", borderaxespad=0.0, ncol=min(ncol, len(labels)))
+
+
+def _overhang(fit: _Fit, ax: Axes) -> tuple[float, float]:
+    """How far (pixels) the annotations of `ax` reach past its right edge and its top."""
+    box = ax.get_window_extent(fit.renderer)
+    right = top = 0.0
+    for text in ax.texts:
+        extent = text.get_window_extent(fit.renderer)
+        right, top = max(right, extent.x1 - box.x1), max(top, extent.y1 - box.y1)
+    return right, top
+
+
+def _place_row(fit: _Fit, axes: list[Axes], top: float) -> None:
+    """A row of panels, each with its own tick labels, axis labels, title (10 pt, one line)
+    and legend under it (`_legend_below`; in one column where its row of entries is wider
+    than the panel: a Pareto chart's ran into the next panel's and off the figure), and
+    room at the right of a panel for what its annotations (a Pareto front's tuned values)
+    reach past it. `top`: the room the figure's own title takes."""
+    w, h = fit.width, fit.height
+    lefts = [
+        fit.widest(_tick_texts(ax.yaxis)) + TICK + fit.text(ax.get_ylabel())[1] + LABELPAD
+        for ax in axes
+    ]
+    ticks = [_tick_texts(ax.xaxis) for ax in axes]
+    rights = [fit.text(t[-1])[0] / 2 if t else 0.0 for t in ticks]
+    title = max(fit.text(ax.get_title(loc="left"), 10)[1] for ax in axes) + TITLEPAD
+    under = fit.text("0")[1] + TICK + max(fit.text(ax.get_xlabel())[1] for ax in axes)
+    under += LABELPAD + EDGE
+    raised = 0.0
+    for _ in range(2):  # placed, then again with the room the annotations turned out to need
+        width = (w - 2 * EDGE - sum(lefts) - sum(rights) - 2 * EDGE * (len(axes) - 1)) / len(axes)
+        width = max(width, 0.1 * w)
+        legends = []
+        for ax in axes:
+            legend = ax.get_legend()
+            # As wide as a panel and the narrowest left margin: it reaches neither edge nor
+            # the next panel's legend.
+            if legend is not None and fit.legend(legend)[0] > width + min(lefts):
+                legend.remove()
+                _legend_below(ax, ncol=1)
+                legend = ax.get_legend()
+            legends.append(legend)
+        below = max((fit.legend(g)[1] for g in legends if g is not None), default=0.0)
+        height = max(h - top - raised - title - under - below - EDGE, 0.1 * h)
+        bottom = h - top - raised - title - height
+        x = EDGE
+        for i, (ax, legend) in enumerate(zip(axes, legends, strict=True)):
+            x += lefts[i]
+            ax.set_position((x / w, bottom / h, width / w, height / h))
+            if legend is not None:
+                anchor = ((x + width / 2) / w, (bottom - under) / h)
+                legend.set_bbox_to_anchor(anchor, transform=fit.fig.transFigure)
+            x += width + rights[i] + 2 * EDGE
+        reach = [_overhang(fit, ax) for ax in axes]
+        wanted = [max(r, o[0] + EDGE / 2) for r, o in zip(rights, reach, strict=True)]
+        lift = max(0.0, *(o[1] for o in reach))
+        if wanted == rights and lift <= raised:
+            return
+        rights, raised = wanted, max(raised, lift)
 
 
 def _exact(value: Any) -> str:
@@ -759,7 +1010,7 @@ def pareto_chart(
     first, _first_max = objectives[0]
     others = list(objectives[1:4])
     with matplotlib.rc_context(cast(Any, RC)):
-        fig = Figure(figsize=(max(8.0, 5.6 * len(others) + 0.8), 5.4), layout="constrained")
+        fig = Figure(figsize=(max(8.0, 5.6 * len(others) + 0.8), 5.4))
         axes = fig.subplots(1, len(others), squeeze=False)[0]
         for ax, (metric, maximize) in zip(axes, others, strict=True):
             usable = done.filter(pl.col(first).is_not_null() & pl.col(metric).is_not_null())
@@ -839,5 +1090,6 @@ def pareto_chart(
             if usable.is_empty():
                 ax.text(0.5, 0.5, "no finished trial", transform=ax.transAxes, ha="center")
         tuned = ", ".join(names.get(d, d) for d in dimensions)
-        fig.suptitle(f"Pareto front over {tuned}", fontsize=11, x=0.01, ha="left")
+        fit = _Fit(fig)
+        _place_row(fit, list(axes), _suptitle(fig, fit, f"Pareto front over {tuned}"))
         return png_bytes(fig)

@@ -40,14 +40,17 @@ Executors: a local process pool (the default) or Ray. Like any process pool, a s
 calls `run_sweep` must do so under `if __name__ == "__main__":` (workers import the main
 module). Both load the traces once per
 worker: the pool passes them to each worker's initializer, Ray puts them in the object
-store once and hands the reference to one actor per worker. Workers return each cell's
-bytes; the driver writes them, so Ray workers on other machines need no shared disk.
+store once and hands the reference to one actor per worker. A local worker writes each
+cell's file itself and hands back its digest and figures (the manifest's and
+cells.parquet's), so the driver reads no file back; a Ray worker returns the bytes as
+well, which the driver writes, so Ray workers on other machines need no shared disk.
 """
 
 from __future__ import annotations
 
 import decimal
 import hashlib
+import io
 import itertools
 import multiprocessing
 import os
@@ -57,7 +60,7 @@ import sys
 import time
 import tomllib
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -375,6 +378,11 @@ def column_names(keys: Iterable[str]) -> dict[str, str]:
     return names
 
 
+def cell_path(label: str, params_hash: str) -> str:
+    """The file of the cell (label, params_hash), relative to the sweep directory."""
+    return f"{DATA_DIR}/policy={_partition(label)}/{params_hash}.parquet"
+
+
 @dataclass(frozen=True)
 class Cell:
     """One policy spec of the sweep, with the grid values that made it."""
@@ -392,8 +400,7 @@ class Cell:
     @property
     def path(self) -> str:
         """The cell's file, relative to the sweep directory."""
-        label, digest = self.key
-        return f"{DATA_DIR}/policy={_partition(label)}/{digest}.parquet"
+        return cell_path(*self.key)
 
     def entry(self) -> dict[str, Any]:
         """What the manifest says about the cell."""
@@ -476,7 +483,8 @@ def build_cells(config: SweepConfig) -> list[Cell]:
 
 @dataclass(frozen=True)
 class CellOutput:
-    """What a worker hands back for one cell: the file's bytes and a few figures."""
+    """What a worker hands back for one cell: the file's bytes (none where the worker wrote
+    the file itself), what the manifest and cells.parquet say of it, and a few figures."""
 
     key: tuple[str, str]
     data: bytes
@@ -486,6 +494,12 @@ class CellOutput:
     pid: int
     #: The worker's peak resident memory so far, in bytes.
     peak_rss: int
+    #: The file's SHA-256 (hex), as the manifest records it.
+    sha256: str = ""
+    #: The cell's row of cells.parquet after its grid values: `row_figures` of the file.
+    figures: pl.DataFrame | None = None
+    #: The worker wrote the file into the sweep directory (`data` is then empty).
+    written: bool = False
 
 
 def peak_rss_bytes() -> int:
@@ -500,11 +514,20 @@ def peak_rss_bytes() -> int:
 
 
 class Worker:
-    """Replays cells over traces it holds: made once per worker process or Ray actor."""
+    """Replays cells over traces it holds: made once per worker process or Ray actor.
 
-    def __init__(self, traces: NamedTraces, settings: service.RunSettings) -> None:
+    With `out` (a sweep directory on this machine) the worker writes each cell's file
+    there itself, and with every executor it digests the file and sums its figures
+    (`row_figures`): work each worker does beside the others, where the driver did it
+    after the last cell, one file after another (issue 16: 0.2-0.3 s of a 20-cell sweep's
+    serial part). A Ray worker, maybe on another machine, returns the bytes instead."""
+
+    def __init__(
+        self, traces: NamedTraces, settings: service.RunSettings, out: Path | None = None
+    ) -> None:
         self.traces = list(traces)
         self.settings = settings
+        self.out = out
         registry.names()  # load every registered policy now, not in the first cell
 
     def run(self, spec: PolicySpec) -> CellOutput:
@@ -513,14 +536,23 @@ class Worker:
         frame = service.rows(self.traces, built, self.settings, default_prices())
         data = parquet_bytes(cell_file_frame(frame))
         requests = int((frame["kind"] == "request").sum())
+        # The figures of the file as written, read back as `cells_frame` reads a file of
+        # an earlier run: the same bits either way.
+        figures = row_figures(pl.read_parquet(io.BytesIO(data)))
+        digest = hashlib.sha256(data).hexdigest()
+        if self.out is not None:
+            atomic_write(self.out / cell_path(spec.label, spec.param_hash), data)
         return CellOutput(
             key=(spec.label, spec.param_hash),
-            data=data,
+            data=b"" if self.out is not None else data,
             rows=frame.height,
             requests=requests,
             seconds=time.perf_counter() - start,
             pid=os.getpid(),
             peak_rss=peak_rss_bytes(),
+            sha256=digest,
+            figures=figures,
+            written=self.out is not None,
         )
 
 
@@ -533,11 +565,11 @@ def cell_file_frame(rows: pl.DataFrame) -> pl.DataFrame:
 _WORKER: Worker | None = None
 
 
-def _init_worker(traces: bytes, options: service.RunSettings) -> None:
+def _init_worker(traces: bytes, options: service.RunSettings, out: Path | None) -> None:
     """Process-pool initializer: the traces arrive once per worker, never per cell, pickled
     once by the parent for all workers (`_process_pool`)."""
     global _WORKER
-    _WORKER = Worker(pickle.loads(traces), options)
+    _WORKER = Worker(pickle.loads(traces), options, out)
 
 
 def _run_in_worker(spec: PolicySpec) -> CellOutput:
@@ -580,9 +612,12 @@ def prestart(executor_name: str = "process") -> None:
     Issue 16: a 20-cell sweep of the shared Claude Code corpus does about 12 s of cells
     (0.45-0.6 s each) and, before any cell, about 2.3 s that no second worker shares: the
     command's imports (0.5 s), loading the traces (0.55 s of CPU), the fork server's
-    imports, each worker's start; then 0.3 s of final manifest and cells table. Overlapping
-    the fork server's imports takes the largest of those off the serial path. Nothing to
-    do for another executor or where there is no fork server."""
+    imports, each worker's start; then 0.3 s of final manifest and cells table (now built
+    from what the workers digested and summed: `Worker`). Overlapping the fork server's
+    imports takes the largest of those off the serial path (`ctxsim sweep` starts it even
+    before its own imports for a new directory: simulator/app/cli_sweep.py
+    `_fork_server_now`; a resumed sweep, only when a cell is left). Nothing to do for
+    another executor or where there is no fork server."""
     if executor_name != "process":
         return
     if _context().get_start_method() == "forkserver":
@@ -601,16 +636,18 @@ def default_workers() -> int:
 Execute = Callable[[list[PolicySpec]], Iterator[CellOutput]]
 
 
-def _serial(traces: NamedTraces, options: service.RunSettings) -> Execute:
+def _serial(traces: NamedTraces, options: service.RunSettings, out: Path | None) -> Execute:
     def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
-        worker = Worker(traces, options)
+        worker = Worker(traces, options, out)
         for spec in specs:
             yield worker.run(spec)
 
     return run
 
 
-def _process_pool(traces: NamedTraces, options: service.RunSettings, workers: int) -> Execute:
+def _process_pool(
+    traces: NamedTraces, options: service.RunSettings, workers: int, out: Path | None
+) -> Execute:
     def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
         if not specs:
             return
@@ -620,7 +657,7 @@ def _process_pool(traces: NamedTraces, options: service.RunSettings, workers: in
             initializer=_init_worker,
             # Pickled here once: the pool would pickle the list again for every worker it
             # starts, one after the other (0.1 s each for the shared Claude Code corpus).
-            initargs=(pickle.dumps(list(traces), protocol=pickle.HIGHEST_PROTOCOL), options),
+            initargs=(pickle.dumps(list(traces), protocol=pickle.HIGHEST_PROTOCOL), options, out),
         )
         try:
             futures: dict[Future[CellOutput], PolicySpec] = {
@@ -708,12 +745,15 @@ def executor(
     *,
     workers: int = 0,
     address: str | None = None,
+    out: Path | None = None,
 ) -> Execute:
-    """The function that runs cells: `process` (default), `ray`, or `serial` (here)."""
+    """The function that runs cells: `process` (default), `ray`, or `serial` (here). With
+    `out`, a local executor's workers write each cell's file into that sweep directory;
+    Ray's return the bytes (its workers may have no access to the driver's disk)."""
     if name == "serial":
-        return _serial(traces, options)
+        return _serial(traces, options, out)
     if name == "process":
-        return _process_pool(traces, options, workers or default_workers())
+        return _process_pool(traces, options, workers or default_workers(), out)
     if name == "ray":
         return _ray(traces, options, workers, address)
     raise SweepError(f"unknown executor {name!r} (one of {', '.join(EXECUTORS)})")
@@ -844,14 +884,24 @@ def plan_manifest(
     }
 
 
-def final_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest with every finished cell's row count and file digest, read from disk
-    (so a resumed sweep ends with the same manifest as an uninterrupted one)."""
+def final_manifest(
+    out: Path,
+    manifest: dict[str, Any],
+    computed: Mapping[tuple[str, str], CellOutput] | None = None,
+) -> dict[str, Any]:
+    """The manifest with every finished cell's row count and file digest: as the workers
+    reported them for the cells `computed` now, read from disk for the others (so a
+    resumed sweep ends with the same manifest as an uninterrupted one)."""
+    computed = computed or {}
     cells = []
     for entry in manifest["cells"]:
         path = out / entry["path"]
+        done = computed.get((entry["policy"], entry["params_hash"]))
         entry = {k: v for k, v in entry.items() if k not in ("rows", "sha256")}
-        if is_complete(path):
+        if done is not None:
+            entry["sha256"] = done.sha256
+            entry["rows"] = done.rows
+        elif is_complete(path):
             data = path.read_bytes()
             entry["sha256"] = hashlib.sha256(data).hexdigest()
             entry["rows"] = _rows(path)
@@ -926,13 +976,21 @@ def run_sweep(
     result.skipped = len(cells) - len(todo)
     by_key = {c.key: c for c in todo}
     run = executor(
-        executor_name, settings.traces, settings.run_settings, workers=workers, address=address
+        executor_name,
+        settings.traces,
+        settings.run_settings,
+        workers=workers,
+        address=address,
+        out=out,
     )
     start = time.perf_counter()
     if progress is not None:
         progress(Progress(len(cells), result.skipped, 0, 0.0))
+    computed: dict[tuple[str, str], CellOutput] = {}
     for output in run([c.spec for c in todo]):
-        atomic_write(out / by_key[output.key].path, output.data)
+        if not output.written:
+            atomic_write(out / by_key[output.key].path, output.data)
+        computed[output.key] = output
         result.computed += 1
         result.rows += output.rows
         result.requests += output.requests
@@ -941,9 +999,10 @@ def run_sweep(
             elapsed = time.perf_counter() - start
             progress(Progress(len(cells), result.skipped, result.computed, elapsed))
     result.seconds = time.perf_counter() - start
-    result.manifest = final_manifest(out, manifest)
+    result.manifest = final_manifest(out, manifest, computed)
     atomic_write(out / MANIFEST_FILE, json_bytes(result.manifest))
-    atomic_write(out / CELLS_FILE, parquet_bytes(cells_frame(out, result.manifest)))
+    figures = {k: o.figures for k, o in computed.items() if o.figures is not None}
+    atomic_write(out / CELLS_FILE, parquet_bytes(cells_frame(out, result.manifest, figures)))
     return result
 
 
@@ -971,11 +1030,21 @@ def _typed(values: list[Any]) -> pl.Series:
     return pl.Series(texts, dtype=pl.String)
 
 
-def cells_frame(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
+def cells_frame(
+    out: Path,
+    manifest: dict[str, Any],
+    figures: Mapping[tuple[str, str], pl.DataFrame] | None = None,
+) -> pl.DataFrame:
     """One row per finished cell, in manifest order: policy, params_hash, a column per grid
     parameter (named by `column_name`; null where a cell's policy has no such axis) and the
-    cell's figures over all its rows (simulator/frames.py `overall_summary`)."""
-    entries = [e for e in manifest["cells"] if is_complete(out / e["path"])]
+    cell's figures over all its rows (simulator/frames.py `overall_summary`): `figures`
+    where a worker summed them (`Worker.run`), else from the cell's file."""
+    given = figures or {}
+
+    def key(entry: dict[str, Any]) -> tuple[str, str]:
+        return (entry["policy"], entry["params_hash"])
+
+    entries = [e for e in manifest["cells"] if key(e) in given or is_complete(out / e["path"])]
     keys = list(dict.fromkeys(k for e in entries for k in e["grid"]))
     names = column_names(keys)
     base = pl.DataFrame(
@@ -987,12 +1056,15 @@ def cells_frame(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
     )
     # One file at a time, whole: a float sum over one contiguous column is the same every
     # time, where a scan of many files may split (and so round) it differently.
-    parts = [row_figures(pl.read_parquet(out / e["path"]).rechunk()) for e in entries]
+    parts = [
+        given[key(e)] if key(e) in given else row_figures(pl.read_parquet(out / e["path"]))
+        for e in entries
+    ]
     if parts:
-        figures = pl.concat(parts, how="vertical")
+        summed = pl.concat(parts, how="vertical")
     else:
-        figures = pl.DataFrame(schema=dict.fromkeys(CELL_FIGURES, pl.Float64))
-    return pl.concat([base, figures], how="horizontal")
+        summed = pl.DataFrame(schema=dict.fromkeys(CELL_FIGURES, pl.Float64))
+    return pl.concat([base, summed], how="horizontal")
 
 
 def row_figures(rows: pl.DataFrame) -> pl.DataFrame:

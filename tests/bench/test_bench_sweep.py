@@ -5,10 +5,11 @@ The sweep: claude-code@2.1.88 and claude-code@1.0, each over 10 autocompact buff
 cells), every cell replaying all the Claude Code traces of ../shared/traces with the loss
 proxies. A round is `ctxsim sweep ... --no-charts` in a fresh process into a fresh
 directory, as a user pays it: the interpreter and its imports, loading the traces from a
-warm compile cache, starting the pool (the fork server, started beside the loading:
-simulator/app/sweep.py `prestart`, and the workers, each handed the traces once), every
-cell replayed and written, the manifest, the cells table and the printed summary. Only
-the compile cache is warmed beforehand (one import of the corpus).
+warm compile cache, starting the pool (the fork server, started before the command's own
+imports: simulator/app/cli_sweep.py `_fork_server_now`, and the workers, each handed the
+traces once), every cell replayed, written, digested and summed by its worker, the
+manifest, the cells table, the printed summary and the interpreter's exit. Only the
+compile cache is warmed beforehand (one import of the corpus).
 
 Reported per worker count: the median seconds, cells per second, and with 2 workers the
 speed-up over 1. The machine's 2 cores are shared, so rounds are several and `uptime`'s

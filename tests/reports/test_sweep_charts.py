@@ -187,3 +187,106 @@ def test_an_end_label_with_room_keeps_its_place(monkeypatch: pytest.MonkeyPatch)
     assert not getattr(texts["2k"], "left_out", False)
     # Unclipped like every other label: one past the axes' edge is drawn whole.
     assert all(t.get_clip_box() is None and t.get_clip_path() is None for t in texts.values())
+
+
+def _drawn(monkeypatch: pytest.MonkeyPatch, draw: Any) -> tuple[Any, Any]:
+    """The figure a chart function draws, and the renderer it was drawn with (png_bytes
+    caught before it encodes)."""
+    caught: list[Any] = []
+    monkeypatch.setattr(sc, "png_bytes", lambda fig: caught.append(fig) or PNG)
+    draw()
+    (fig,) = caught
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return fig, canvas.get_renderer()
+
+
+def _trials() -> pl.DataFrame:
+    """Four trials of a study over x.a: cost falls as stale references rise (every feasible
+    trial on the Pareto front), trial 2 breaks a constraint."""
+    return pl.DataFrame(
+        {
+            "trial": [0, 1, 2, 3],
+            "state": ["complete"] * 4,
+            "x__a": [1_000, 5_000, 9_000, 29_500],
+            "objective": [4.0, 3.5, 3.8, 3.2],
+            "cost": [4.0, 3.5, 3.8, 3.2],
+            "stale_file_refs": [2, 5, 7, 9],
+            "feasible": [True, True, False, True],
+            "best_so_far": [4.0, 3.5, 3.5, 3.2],
+            "pareto": [True, True, False, True],
+        }
+    )
+
+
+def test_the_fixed_layout_keeps_each_text_inside_the_figure_and_off_the_other_panels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sweep and study charts are laid out from their measured texts and drawn once (no
+    layout engine, issue 16): each panel with its tick labels, axis labels, title, legend
+    and annotations (a Pareto front's tuned values), the figure's title and legend lie
+    inside the figure, no panel's texts reach another panel's, and a
+    policy's y label longer than its row (a long name held at a value off the grid) is
+    broken to the row's height instead of running into the next row."""
+    name = "a-policy-with-a-rather-long-name"
+    frame = cells().with_columns(
+        policy=pl.when(pl.col("policy") == "p").then(pl.lit(name)).otherwise(pl.col("policy"))
+    )
+    defaults = {name: {"x__a": 2, "x__b": 26}, "q": {"x__a": 3}}
+    draws = {
+        "param": lambda: sc.parameter_chart(frame, "x__a", defaults, NAMES, " (open loop)"),
+        "loss": lambda: sc.loss_chart(frame, "x__a", defaults, NAMES, " (open loop)"),
+        "heatmap": lambda: sc.heatmap_chart(frame, "x__a", "x__b", defaults, NAMES),
+        "trials": lambda: sc.trials_chart(
+            _trials(), "cost", ["x__a"], 3.9, {"x__a": 13_000}, {"x__a": "x.a"}
+        ),
+        "pareto": lambda: sc.pareto_chart(
+            _trials(),
+            [("cost", False), ("stale_file_refs", False)],
+            ["x__a"],
+            {"cost": 3.9, "stale_file_refs": 6},
+            {"x__a": "x.a"},
+        ),
+    }
+    for chart, draw in draws.items():
+        fig, renderer = _drawn(monkeypatch, draw)
+        page = fig.bbox.padded(0.5)
+        axes = [ax for ax in fig.axes if ax.get_visible()]
+        boxes = [ax.get_tightbbox(renderer) for ax in axes]
+        boxes += [legend.get_window_extent(renderer) for legend in fig.legends]
+        if fig._suptitle is not None:
+            boxes.append(fig._suptitle.get_window_extent(renderer))
+        for box in boxes:
+            assert page.x0 <= box.x0 and box.x1 <= page.x1, (chart, box)
+            assert page.y0 <= box.y0 and box.y1 <= page.y1, (chart, box)
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1 :]:
+                assert not a.overlaps(b), (chart, a, b)
+        for ax in axes:
+            label = ax.yaxis.label
+            if label.get_text():
+                assert label.get_window_extent(renderer).height <= ax.bbox.height, chart
+    # Held at a value of a long-named parameter: the label is broken into more lines.
+    names = {"x__a": "x.a", "x__b": "x.a_parameter_with_a_name_as_long_as_they_come"}
+    fig, renderer = _drawn(monkeypatch, lambda: sc.loss_chart(frame, "x__a", defaults, names))
+    first = fig.axes[0]
+    label = first.get_ylabel()
+    held = "(x.a_parameter_with_a_name_as_long_as_they_come=30 (own 26 not on the grid))"
+    assert label.split("\n")[0] == name and label.split("\n")[-1] == "USD, all sessions"
+    assert label.count("\n") >= 3  # the held value broken in two lines or more
+    assert label.replace("\n", "").replace(" ", "") == f"{name}{held}USD,allsessions".replace(
+        " ", ""
+    )
+    assert first.yaxis.label.get_window_extent(renderer).height <= first.bbox.height
+
+
+def test_wrapped_breaks_between_words_only_where_a_line_is_too_long() -> None:
+    from matplotlib.figure import Figure
+
+    from reports.charts import _Fit
+
+    fit = _Fit(Figure(figsize=(4, 3)))
+    room = fit.text("aaaa bbbb", 8)[0] + 1
+    assert sc._wrapped(fit, "aaaa bbbb cccc\nshort", 8, room) == "aaaa bbbb\ncccc\nshort"
+    assert sc._wrapped(fit, "aaaa bbbb", 8, room) == "aaaa bbbb"
+    assert sc._wrapped(fit, "unbreakable-and-long", 8, 5.0) == "unbreakable-and-long"
