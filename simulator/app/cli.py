@@ -6,6 +6,8 @@ traceback, and writes its outputs atomically.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import re
 import sys
@@ -241,9 +243,16 @@ class _Main(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
         except OutputError as exc:
             _fail(str(exc))
+        # At the interpreter's exit, before it tears the modules down: the teardown runs the
+        # cyclic garbage collector over every object of the engine and the traces, several
+        # times (0.1-0.3 s after importing the engine alone, more with the traces loaded;
+        # 0.015 s frozen). Objects are still freed; the outputs are all closed. At exit, so a
+        # caller that runs a command in its own process (tests) keeps collecting until then.
+        atexit.register(gc.freeze)
+        return result
 
 
 @click.group(cls=_Main)

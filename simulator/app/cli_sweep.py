@@ -8,8 +8,6 @@ atomically, and heavy modules are imported only when a command runs.
 
 from __future__ import annotations
 
-import atexit
-import gc
 import sys
 import time
 from pathlib import Path
@@ -392,12 +390,6 @@ def sweep(
     if not no_charts and table.height:
         written.append(f"{_write_charts(out, table, result.manifest)} chart(s)")
     click.echo(f"wrote {', '.join(written)} to {out}")
-    # At the interpreter's exit, before it tears the modules down: the teardown runs the
-    # cyclic garbage collector over every object of the engine and the traces, several
-    # times (0.1-0.3 s after importing the engine alone, more with the traces loaded; 0.015
-    # s frozen). Objects are still freed; the outputs are all closed. At exit, so a caller
-    # that runs the command in its own process (tests) keeps collecting until then.
-    atexit.register(gc.freeze)
 
 
 # -- tune -----------------------------------------------------------------------------------
