@@ -8,17 +8,25 @@ and the engine puts its facts on the same row. One replay, one row, no second bo
 session and run figures are polars aggregations of the columns (simulator/frames.py).
 
 Incremental: views are append-mostly (a request adds its new blocks; a compaction rewrites
-from a point), and the hash chain and the cumulative token counts say where a view departs
-from the one before (a cache_edits deletion keeps the hash but lowers the counts, so both
-are compared). The tracker keeps running totals over the items of the last view and
-updates them by the items that left (subtracted) and the items that came (added), so a call
-costs the items that changed since the previous call, not the whole view; nothing is
-converted to arrays per call. Measured (tests/bench/test_bench_loss.py, the shared Claude
-Code corpus and a 10,000-request synthetic session, fastest of 7 rounds): the columns add
-12-34% to the replay, varying from run to run on a shared 2-core machine; the time spent
-in this module is 47 ms of a 220 ms replay on the corpus and 25 ms of 130 ms on the
-synthetic session (as-recorded). tests/simulator/test_replay_properties.py checks the
-columns against a from-scratch recount.
+from a point). The view keeps a running "last changed" index (simulator/view.py
+`View.changed`): while the engine prices the same view object, the items below it are the
+ones seen at the last call, so only the items from there are compared; for another view
+object (a re-chained prefix, a re-fetch round's copy) the prefix hash and cumulative token
+count at the end of the last view say whether it goes on from it (a cache_edits deletion
+keeps the hash but lowers the counts, so both are compared). The tracker keeps running
+totals over the items of the last view and updates them by the items that left
+(subtracted) and the items that came (added), so a call costs the items that changed since
+the previous call, not the whole view; nothing is converted to arrays per call. Before the
+index, masking (which rewrites an old observation each request, near the view's end) made
+every call search the whole view for the change: its columns cost 6.2x its replay on the
+10,000-request synthetic session, 1.2x with it. Measured (tests/bench/test_bench_loss.py,
+the shared Claude Code corpus and a 10,000-request synthetic session, fastest of 7 rounds
+of process time, load 6-7 on a shared 2-core machine): the columns add 10-24% to the replay
+(as-recorded 1.22x / 1.24x, claude-code 1.20x / 1.10x, masking 1.13x / 1.20x, corpus /
+synthetic), varying by a few points from run to run; of that, on the corpus under
+as-recorded, `facts` is about 26 ms (2 us a call, 12,747 calls), the per-session set-up
+about 10 ms (180 sessions), the extra columns the rest. tests/simulator/
+test_replay_properties.py checks the columns against a from-scratch recount.
 
 The columns (LOSS_SCHEMA), for the view of one call made for request k:
 
@@ -163,15 +171,17 @@ class SessionLoss:
             origin = b["origin"][picked].tolist()
             for block, k, p in zip(picked.tolist(), origin, path[picked].tolist(), strict=True):
                 self.uses.setdefault(k, []).append((block, p))
-        # The last view seen, item by item (ids, content hashes, tokens), its last prefix
-        # hash and token count, and the running totals over it: human tokens sent
-        # verbatim, tokens of items that are no history block (the prefix, a policy's
-        # own), artifact tokens, and what they make the summary.
+        # The last view seen, item by item (ids, content hashes, tokens), and the running
+        # totals over it: human tokens sent verbatim, tokens of items that are no history
+        # block (the prefix, a policy's own), artifact tokens, and what they make the
+        # summary.
         self.ids: list[int] = []
         self.hashes: list[int] = []
         self.tokens: list[int] = []
-        self.chain = 0
-        self.total = 0
+        #: The view object seen last: while it is the one priced, its "last changed" index
+        #: (simulator/view.py) says from where it differs from the items above; another
+        #: one goes on from it where their prefix hashes and token counts agree there.
+        self.last_view: View | None = None
         self.human = 0
         self.inserted = 0
         self.recorded = 0
@@ -181,8 +191,7 @@ class SessionLoss:
         #: it), so what an item adds to the totals depends on the item, not its position.
         self.verbatim: set[int] = set()
         self.artifacts: set[int] = set()
-        #: What the per-call path reads, bound once (the lists are only changed in place).
-        self._seen = (self.ids, self.hashes, self.tokens)
+        #: What the per-call path reads, bound once.
         self._per_block = (
             hashes,
             tokens,
@@ -302,25 +311,36 @@ class SessionLoss:
         """(human_tokens, human_verbatim_tokens, summary_tokens, stale_file_refs,
         after_compaction) of one call for request k, as the engine prices it.
 
-        The common case first and inline: the last view with items appended (its last
-        prefix hash and token count are the view's at the same place; a request adds 2
-        to 4 items), whose items are added from the appended slices alone."""
-        chains = view.chains
-        ids, hashes, tokens = self._seen
+        The common case first and inline: the last view with items appended (its "last
+        changed" index at or past the items seen; a request adds 2 to 4 items), whose
+        items are added from the appended slices alone."""
+        ids = self.ids
         n = len(ids)
-        total = len(chains)
-        if n <= total and (
-            not n or (chains[n - 1] == self.chain and view.cum[n - 1] == self.total)
-        ):
+        view_ids = view.ids
+        total = len(view_ids)
+        seen_view = self.last_view
+        if view is seen_view:  # its "last changed" index says what to compare
+            start = view.changed
+            appended = start >= n
+        else:  # another view: appended if it goes on from where the last one was seen
+            start = 0
+            appended = n <= total and (
+                not n
+                or (
+                    seen_view is not None
+                    and seen_view.changed >= n  # the last view unchanged since: its hash holds
+                    and view.chains[n - 1] == seen_view.chains[n - 1]
+                    and view.cum[n - 1] == seen_view.cum[n - 1]
+                )
+            )
+        if appended:
             if n < total:
-                new_ids = view.ids[n:]
+                new_ids = view_ids[n:]
                 new_hashes = view.hashes[n:]
                 new_tokens = view.tokens[n:]
                 ids += new_ids
-                hashes += new_hashes
-                tokens += new_tokens
-                self.chain = chains[-1]
-                self.total = view.cum[-1]
+                self.hashes += new_hashes
+                self.tokens += new_tokens
                 hash_of, tokens_of, human_of, artifact_of, keep = self._per_block
                 human = 0
                 rare = False  # an item that is no history block, or an artifact
@@ -334,7 +354,9 @@ class SessionLoss:
                 if rare:
                     self._add_rare(new_ids, new_hashes, new_tokens)
         else:
-            self._update(view)
+            self._update(view, start)
+        self.last_view = view
+        view.changed = total
         stale = 0
         after = False
         kind = call.kind
@@ -350,6 +372,7 @@ class SessionLoss:
                 if uses:
                     stale = self._stale(k, uses)
             if self.summarized:
+                chains = view.chains
                 after = any(pos >= total or chains[pos] != chain for pos, chain in self.summarized)
                 self.summarized = []
             if self.artifacts_changed:
@@ -359,7 +382,7 @@ class SessionLoss:
                 self.artifacts_changed = False
         elif kind == "compaction" and total >= 2:
             # The call's last item is its own prompt; before it is what it summarized.
-            self.summarized.append((total - 2, chains[total - 2]))
+            self.summarized.append((total - 2, view.chains[total - 2]))
         return (self.human_at[k], self.human, self.summary, stale, after)
 
     def _add_rare(self, ids: list[int], hashes: list[int], tokens: list[int]) -> None:
@@ -397,7 +420,7 @@ class SessionLoss:
             and self.tokens[a:b] == view.tokens[lo:hi]
         )
 
-    def _update(self, view: View) -> None:
+    def _update(self, view: View, start: int = 0) -> None:
         """Bring the totals from the last view to `view` where it is not the last view
         with more items after it (`facts` adds those): only what changed is taken out and
         put back. Items that left from the end are taken out; otherwise, after the first
@@ -408,23 +431,24 @@ class SessionLoss:
         The first two are found by slice comparisons, in C. A rewrite is most often of
         one item (the shared Claude Code corpus under as-recorded: 157 of its 197 updates,
         149 of them in the first five positions, the system + tools prefix), so the items
-        after the first that differs are compared at once before any search."""
+        after the first that differs are compared at once before any search. `start`: the
+        items before it are known to be the last view's (the view's "last changed" index,
+        simulator/view.py), so the comparisons begin there: a policy that rewrites near
+        the end of a long view (masking) pays for the items after the rewrite only."""
         n = len(self.ids)
         total = len(view.ids)
-        cum = view.cum
-        if 0 < total < n and self._same(view, 0, total):  # items left from the end only
+        if 0 < total < n and self._same(view, start, total):  # items left from the end only
             self._drop(total, n)
             del self.ids[total:], self.hashes[total:], self.tokens[total:]
         else:
-            self._rewrite(view, n, total)
-        self.chain = view.chains[-1] if total else 0
-        self.total = cum[-1] if total else 0
+            self._rewrite(view, n, total, start)
         self._summarize()
 
-    def _rewrite(self, view: View, n: int, total: int) -> None:
-        """`_update` for a view that differs from the last one before its end."""
+    def _rewrite(self, view: View, n: int, total: int, start: int = 0) -> None:
+        """`_update` for a view that differs from the last one before its end (not before
+        `start`)."""
         m = n if n <= total else total
-        lo, hi = 0, m  # p: the first position whose item differs
+        lo, hi = start, m  # p: the first position whose item differs
         while lo < hi:
             mid = (lo + hi) // 2
             if self._same(view, lo, mid + 1):

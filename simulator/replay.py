@@ -285,6 +285,12 @@ class _SessionEngine(Emitter):
             usage = Usage(view.total, 0, 0, 0)
         if self.observe is not None:
             self.observe(self.index, k, view, call, usage)
+        loss = self.loss
+        if loss is not None:  # resent_tokens is computed for whole columns, in `replay`
+            facts = loss.facts(k, view, call)
+            tail: tuple[Any, ...] = facts if extra is None else (*extra, *facts)
+        else:
+            tail = () if extra is None else extra
         flags = call.flags
         pending = self.pending
         cum = view.cum
@@ -307,12 +313,8 @@ class _SessionEngine(Emitter):
             self.blocking,
             len(pending),
             sum(e.tokens_removed for e in pending) if pending else 0,
+            *tail,
         )
-        if extra is not None:
-            row = (*row, *extra)
-        loss = self.loss
-        if loss is not None:  # resent_tokens is computed for whole columns, in `replay`
-            row = (*row, *loss.facts(k, view, call))
         self.rows.append(row)
         if pending:
             if self.edit_rows is not None:

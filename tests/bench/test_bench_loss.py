@@ -1,10 +1,12 @@
 """What the loss columns cost on top of the replay they observe (issues 11 and 16: at most
 1.25x): the shared Claude Code corpus and a 10,000-request synthetic session, each replayed
 plain and with the loss proxies (`replay_with_loss`: the engine computes them on the same
-rows, simulator/loss.py), under as-recorded and claude-code, in one test so the ratio is read
-within one run (`make bench`): the machines are shared and noisy, so the two sides run in
-turn and each is the fastest of seven rounds of process CPU time (other processes' load does
-not count), as tests/bench/test_bench_refetch.py does."""
+rows, simulator/loss.py), under as-recorded, claude-code and masking (which rewrites an old
+observation every request: the loss pass compares the view only from where it changed, the
+view's "last changed" index, simulator/view.py), in one test so the ratio is read within
+one run (`make bench`): the machines are shared and noisy, so the two sides run in turn and
+each is the fastest of seven rounds of process CPU time (other processes' load does not
+count), as tests/bench/test_bench_refetch.py does."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from traces.synthetic import synthetic_session
 
 pytestmark = pytest.mark.benchmark(group="loss")
 
-POLICIES = ("as-recorded", "claude-code")
+POLICIES = ("as-recorded", "claude-code", "masking")
 LIMIT = 1.25
 
 

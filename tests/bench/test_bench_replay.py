@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from policies.as_recorded import KEPT_WARM_MS
+from policies.as_recorded import KEPT_WARM_MS, post_turn_writes
 from simulator import policy, prompt_cache
 from simulator.model import Flag, Session, Trace
 from simulator.models import facts
@@ -131,7 +131,8 @@ def naive_replay(session: Session, n: int | None = None) -> list[Row]:
     prefix segments with their unlogged resets, every visible block, stripped thinking
     still sent but not counted), where the markers go, one cache per model with the
     shared prefix warm in each (and more of it after an idle gap where the recording read
-    more), and entries used until the response's end; differs only in
+    more), the entry an unlogged post-turn request wrote through the previous response
+    (`post_turn_writes`), and entries used until the response's end; differs only in
     rebuilding everything for every request.
     """
     requests = session.requests
@@ -148,6 +149,7 @@ def naive_replay(session: Session, n: int | None = None) -> list[Row]:
     hashes = blocks["hash"].tolist()
     tokens = blocks["tokens"].tolist()
     stripped = (blocks["flags"] & Flag.STRIPPED) != 0
+    post_turn = post_turn_writes(session)
     caches: dict[int, NaiveAnthropicCache] = {}
     #: Prefixes warm from other sessions: (view, position, since, ttl), seeded into every
     #: cache (the shared part for ever; more of the prefix after an idle gap for its TTL).
@@ -182,6 +184,8 @@ def naive_replay(session: Session, n: int | None = None) -> list[Row]:
             warmed.append(spec)
             for existing in caches.values():
                 existing.warm(*spec)
+        if k in post_turn and post_turn[k] in view.ids:  # written when the last turn ended
+            cache.warm(view, view.ids.index(post_turn[k]), ts_end[k - 1], ttl[k - 1])
         # The message marker sits at the item boundary nearest to what the recording
         # cached (its context less its uncached input), never inside the prefix.
         last = len(view) - 1

@@ -8,11 +8,13 @@ change at one position changes every later prefix hash and no earlier one.
 from __future__ import annotations
 
 from itertools import accumulate
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import simulator.view as view_module
 from simulator.view import _VECTOR_MIN, View, prefix_hashes, term
 
 ROOT = 0x5EED
@@ -136,3 +138,99 @@ def test_edit_out_many_is_edit_out_one_by_one(tokens: list[int], picks: list[int
     assert batch.chains == chains  # deleted by reference: the prefix hashes stay
     assert batch.cum == list(accumulate(batch.tokens))
     assert all(batch.tokens[p] == 0 for p in positions)
+
+
+def _reference(view: View) -> View:
+    """The same items appended one at a time (no plan, no numpy): what `view` must hold."""
+    other = View(view.root)
+    for block, h, t in zip(view.ids, view.hashes, view.tokens, strict=True):
+        other.append(block, h, t)
+    return other
+
+
+#: What a policy does to its view between requests: append the next blocks, append blocks
+#: out of order (the first one the next block or not), delete one by reference, drop
+#: items from the end, rewrite one item.
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["next", "next", "next", "skip", "gap", "edit", "truncate", "replace"]),
+        st.integers(1, 5),
+    ),
+    min_size=40,
+    max_size=120,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(ops=OPS, history=st.lists(st.tuples(HASHES, TOKENS), min_size=400, max_size=400))
+def test_planned_appends_equal_appends_one_at_a_time(
+    ops: list[tuple[str, int]], history: list[tuple[int, int]]
+) -> None:
+    """`extend_blocks` computes runs of consecutive blocks ahead (`_Plan`; here 2 to 16
+    blocks a plan, so that a few hundred use many up): after any mix of appends,
+    deletions by reference, truncations and rewrites (each of which a plan must notice),
+    the view holds the prefix hashes and counts of appending its items one at a time."""
+    hashes, tokens = [h for h, _ in history], [t for _, t in history]
+    view = View(ROOT)
+    next_block = 0
+    with (
+        mock.patch.object(view_module, "_PLAN_MIN", 2),
+        mock.patch.object(view_module, "_PLAN_MAX", 16),
+    ):
+        for op, size in ops:
+            if op == "next" and next_block + size <= len(hashes):
+                view.extend_blocks(list(range(next_block, next_block + size)), hashes, tokens)
+                next_block += size
+            elif op == "skip" and next_block + 2 * size <= len(hashes):
+                blocks = list(range(next_block + 2 * size - 1, next_block - 1, -2))
+                view.extend_blocks(blocks, hashes, tokens)
+                next_block += 2 * size
+            elif op == "gap" and next_block + size + 1 < len(hashes):
+                view.extend_blocks([next_block, next_block + size + 1], hashes, tokens)
+                next_block += size + 2
+            elif op == "edit" and len(view):
+                view.edit_out((size * 7919) % len(view))
+            elif op == "truncate" and len(view) > size:
+                view.truncate(len(view) - size)
+            elif op == "replace" and len(view) > size:
+                view.replace(len(view) - size, view.ids[-size], 0xBEEF + size, size)
+            assert state(view) == state(_reference(view))
+            assert view.cum == list(accumulate(view.tokens))
+
+
+def test_a_long_run_of_requests_is_planned_and_exact() -> None:
+    """Thousands of requests appending the next 1 to 3 blocks (the common case), with
+    the default plan sizes: every prefix hash as computed one at a time, and most calls
+    served by a plan (its numpy pass covers the blocks ahead)."""
+    items = [((i * 0x9E3779B97F4A7C15 + 7) % 2**64, i % 97) for i in range(6000)]
+    planned = by_block(items)
+    assert state(planned) == state(one_by_one(items))
+    assert planned._plan is not None and len(planned._plan.ids) >= 1024
+
+
+def test_the_last_changed_index() -> None:
+    """`changed` only falls: appends leave it, and each rewrite lowers it to the first
+    position it touched; every item below it is what it was when it was set."""
+    items = [(0x1000 + i, 1 + i % 5) for i in range(3 * _VECTOR_MIN)]
+    view = at_once(items)
+    assert view.changed == 0  # never looked at
+    view.changed = len(view)
+    view.extend_items([900], [0xABC], [4])
+    view.extend_blocks([3, 4], [h for h, _ in items], [t for _, t in items])
+    assert view.changed == len(items)
+    view.edit_out_many([40, 50])
+    assert view.changed == 40
+    view.changed = len(view)
+    view.edit_out(50)  # already deleted: nothing changes
+    assert view.changed == len(view)
+    view.replace(30, 30, 0xBEEF, 3)
+    assert view.changed == 30
+    view.changed = len(view)
+    view.remove([12, 60])
+    assert view.changed == 12
+    view.changed = len(view)
+    view.truncate(len(view))  # keeps every item
+    assert view.changed == len(view)
+    view.truncate(5)
+    assert view.changed == 5
+    assert View(1).copy().changed == 0 and view.copy().changed == 0
