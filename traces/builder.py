@@ -18,6 +18,7 @@ request with usage is its recorded context.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from dataclasses import dataclass, replace
 from typing import Any
@@ -103,10 +104,13 @@ def usage_iterations(usage: Any) -> tuple[RecordedUsage, ...]:
     on the longer context, and reports the sum: read as one request it looks like a context
     twice the size followed by an unlogged drop (issue 12's worst sessions). Entries of
     other types (`advisor_message`) are the tool's own model call, not in the sums."""
-    if not isinstance(usage, dict) or not isinstance(usage.get("iterations"), list):
+    if not isinstance(usage, dict):
+        return ()
+    items = usage.get("iterations")
+    if not isinstance(items, list) or len(items) < 2:  # fewer than two passes: none kept
         return ()
     passes: list[RecordedUsage] = []
-    for item in usage["iterations"]:
+    for item in items:
         if not isinstance(item, dict) or item.get("type") != "message":
             continue
         values = [
@@ -158,6 +162,12 @@ _ROW_FIELDS = (
     "path_hash",
     "file_tokens",
 )
+
+
+#: Flags a block without a path cannot carry.
+_NO_PATH_FLAGS = ~int(Flag.PATH_READ | Flag.PATH_WRITE)
+#: The kind's part of a block's content hash (its number as text), made once.
+_KIND_TAGS = {int(k): str(int(k)) for k in Kind}
 
 
 class SessionBuilder:
@@ -212,7 +222,7 @@ class SessionBuilder:
         ts: int,
         first_request: int,
         tool: str | None = None,
-        flags: Flag = Flag.NONE,
+        flags: Flag | int = Flag.NONE,
         path: str | None = None,
         origin: int = -1,
         use_id: str | None = None,
@@ -242,22 +252,30 @@ class SessionBuilder:
         hasher = self.hasher
         if path:
             path_hash = hasher.hash("path", path)
+            flag_bits = int(flags)
         else:
             path_hash = 0
-            flags &= ~(Flag.PATH_READ | Flag.PATH_WRITE)
+            flag_bits = int(flags) & _NO_PATH_FLAGS
+        if tool is None:
+            tool_index = -1
+        else:
+            tool_index = self._tools.get(tool, -1)
+            if tool_index < 0:
+                tool_index = self._tools[tool] = len(self._tools)
+        kind_id = int(kind)
         rows.append(
             (
                 msg,
-                int(kind),
+                kind_id,
                 int(role),
-                self._tool_index(tool),
+                tool_index,
                 -1 if tokens is None else tokens,
                 len(text),
-                hasher.hash(str(int(kind)), tool or "", text),
+                hasher.hash(_KIND_TAGS.get(kind_id) or str(kind_id), tool or "", text),
                 ts,
                 first_request,
                 origin,
-                int(flags),
+                flag_bits,
                 path_hash,
                 file_tokens,
             )
@@ -566,9 +584,24 @@ def _shift_into(
     return moved
 
 
+def _middle(ordered: list[float]) -> float:
+    """The median of a sorted, non-empty list, bit-identical to `float(np.median(...))`:
+    the middle value, or for an even count the two middle values' sum halved (np.median's
+    mean of the two)."""
+    n = len(ordered)
+    half = n // 2
+    if n % 2:
+        return ordered[half]
+    return (ordered[half - 1] + ordered[half]) / 2
+
+
 def _distribute(total: int, weights: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Split `total` into integers proportional to `weights` (largest remainder, stable)."""
     n = len(weights)
+    if n == 1:  # the common case: the whole total (total * w // w, or total * 1 // 1)
+        return np.array([total], dtype=np.int64)
+    if 1 < n <= _SMALL_SPLIT:
+        return np.array(_distribute_small(total, weights.tolist()), dtype=np.int64)
     w = weights.astype(np.int64)
     wsum = int(w.sum())
     if wsum <= 0:
@@ -580,6 +613,29 @@ def _distribute(total: int, weights: npt.NDArray[np.int64]) -> npt.NDArray[np.in
     extra = total - int(base.sum())
     if extra:
         base[np.argsort(-rem, kind="stable")[:extra]] += 1
+    return base
+
+
+#: Up to this many weights `_distribute` splits with Python ints: numpy's per-call cost
+#: outweighs its per-element speed on the few blocks one request adds.
+_SMALL_SPLIT = 32
+
+
+def _distribute_small(total: int, weights: list[int]) -> list[int]:
+    """`_distribute` on a short list: the same integers (floor division and remainder
+    have numpy's semantics; Python's sort is stable, as argsort(kind="stable") is)."""
+    n = len(weights)
+    wsum = sum(weights)
+    if wsum <= 0:
+        weights = [1] * n
+        wsum = n
+    share = [total * w for w in weights]
+    base = [s // wsum for s in share]
+    extra = total - sum(base)
+    if extra:
+        rem = [s % wsum for s in share]
+        for i in sorted(range(n), key=lambda i: -rem[i])[:extra]:
+            base[i] += 1
     return base
 
 
@@ -800,7 +856,18 @@ class _Anchoring:
         enter_keys = np.where(live, first, NEVER)[enter_order]
         leave_keys = np.where(live, end, NEVER)[leave_order]
         summary_mask = (self.b["kind"] == Kind.SUMMARY) & ((self.b["flags"] & Flag.ARTIFACT) != 0)
-        ratios: list[float] = []  # recorded growth per raw token, at ordinary requests
+        # Where each request's entering and leaving blocks start in the sorted orders (one
+        # searchsorted for the session, not two per request).
+        steps = np.arange(self.n_req + 1)
+        enter_at = np.searchsorted(enter_keys, steps).tolist()
+        leave_at = np.searchsorted(leave_keys, steps).tolist()
+        nothing = leave_order[:0]
+        usage_at = has_usage.tolist()
+        context = self.context.tolist()
+        # Recorded growth per raw token at ordinary requests, kept sorted: the ratio is
+        # their median, read off the middle (`_middle`, np.median's value) after one sorted
+        # insert per ordinary request, where np.median sorted the whole list per request.
+        ratios: list[float] = []
         held = 0  # anchored tokens of the blocks in the current as-recorded view
         prefix: int | None = None
         by_model: dict[int, int] = {}
@@ -808,33 +875,38 @@ class _Anchoring:
         ttl = FIVE_MINUTES_MS
         for k in range(self.n_req):
             held -= self.injected_leaving.pop(k, 0)
-            lo, hi = np.searchsorted(leave_keys, [k, k + 1])
-            leaving = leave_order[lo:hi]
-            leaving = leaving[end[leaving] == k]  # not already removed by an edit
-            lo, hi = np.searchsorted(enter_keys, [k, k + 1])
-            entering = enter_order[lo:hi]
+            lo, hi = leave_at[k], leave_at[k + 1]
+            if lo < hi:
+                leaving = leave_order[lo:hi]
+                leaving = leaving[end[leaving] == k]  # not already removed by an edit
+            else:
+                leaving = nothing
+            entering = enter_order[enter_at[k] : enter_at[k + 1]]
             weights = raw[entering]
-            ratio = float(np.median(ratios)) if ratios else 1.0
-            if has_usage[k] and prefix is not None and len(leaving):
-                # Blocks leaving here (thinking the API stopped counting, a rewound
-                # branch) may have carried more than their share when they entered:
-                # move the shortfall onto them from blocks that entered with them.
-                target = int(self.context[k]) - (held - int(tokens[leaving].sum())) - prefix
-                deficit = int(weights.sum()) - target
-                if deficit > 0:
-                    self.counts["tokens_shifted"] += _shift_into(
-                        tokens, leaving, deficit, first, end, k, self.b
-                    )
-            held -= int(tokens[leaving].sum())
-            if not has_usage[k]:
+            wsum = int(weights.sum())
+            usage = usage_at[k]
+            if len(leaving):
+                if usage and prefix is not None:
+                    # Blocks leaving here (thinking the API stopped counting, a rewound
+                    # branch) may have carried more than their share when they entered:
+                    # move the shortfall onto them from blocks that entered with them.
+                    target = context[k] - (held - int(tokens[leaving].sum())) - prefix
+                    deficit = wsum - target
+                    if deficit > 0:
+                        self.counts["tokens_shifted"] += _shift_into(
+                            tokens, leaving, deficit, first, end, k, self.b
+                        )
+                held -= int(tokens[leaving].sum())
+            if not usage:
                 held += int(tokens[entering].sum())
                 self.prefix_column[k] = prefix if prefix is not None else -1
                 continue
-            target = int(self.context[k]) - held
-            estimate = round(float(weights.sum()) * ratio)
+            ratio = _middle(ratios) if ratios else 1.0
+            target = context[k] - held
+            estimate = round(float(wsum) * ratio)
             m = models[k]
             if prefix is None:
-                prefix = max(0, target - int(weights.sum()))
+                prefix = max(0, target - wsum)
                 self.first_prefix = prefix
                 by_model[m] = prefix
             elif m not in by_model:
@@ -887,8 +959,8 @@ class _Anchoring:
                         self.inject(k, rest, int(Flag.ARTIFACT))
                     held += target
                     continue
-            elif weights.sum() > 0:
-                ratios.append(target / float(weights.sum()))
+            elif wsum > 0:
+                bisect.insort(ratios, target / float(wsum))
             tokens[entering] = _distribute(target, weights)
             held += target
         # Requests before the first with usage take the first prefix.

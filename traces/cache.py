@@ -65,6 +65,13 @@ def _stat_key(files: list[Path]) -> str:
     return h.hexdigest()
 
 
+def _replace_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (a temporary file beside it, then a rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _warn(message: str) -> None:
     print(message, file=sys.stderr)
 
@@ -94,6 +101,21 @@ class CompileCache:
         #: Why the cache is off for the rest of this process (it could not be written).
         self.disabled: str | None = None
         self._swept = False
+        #: Shard directories this instance made or found (one mkdir each, not one per
+        #: entry; a shard deleted since is made again when a write finds it missing).
+        self._dirs: set[Path] = set()
+
+    def _write(self, path: Path, write: Callable[[Path], None]) -> None:
+        """`write(path)` into a shard directory made at most once per instance."""
+        parent = path.parent
+        if parent not in self._dirs:
+            parent.mkdir(parents=True, exist_ok=True)
+            self._dirs.add(parent)
+        try:
+            write(path)
+        except FileNotFoundError:  # the shard was removed since: make it again, once
+            parent.mkdir(parents=True, exist_ok=True)
+            write(path)
 
     @property
     def directory(self) -> Path:
@@ -158,11 +180,7 @@ class CompileCache:
     def remember(self, files: list[Path], digest: str) -> None:
         try:
             key = _stat_key(files)
-            path = self._stat_dir / key[:2] / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(digest)
-            os.replace(tmp, path)
+            self._write(self._stat_dir / key[:2] / key, lambda path: _replace_text(path, digest))
         except OSError:
             return
 
@@ -176,14 +194,13 @@ class CompileCache:
         Raises OSError if the cache is unwritable.
         """
         path = self.path_for(trace.source_digest)
-        path.parent.mkdir(parents=True, exist_ok=True)
         if not self._swept:
             self._swept = True
             self.sweep_tmp()
         if data is None:
-            compiled.write(trace, path, durable=False)
-        else:
-            compiled.write_bytes(data, path, durable=False)
+            data = compiled.to_bytes(trace)
+        payload = data
+        self._write(path, lambda target: compiled.write_bytes(payload, target, durable=False))
         return path
 
     def store(self, trace: Trace, data: bytes | None = None) -> None:

@@ -122,6 +122,18 @@ LINE_PREFIX_CHARS = 7
 #: message, Opus 4.5 sessions do not).
 PRESERVES_THINKING = re.compile(r"claude-(opus-4-[5-9]|opus-[5-9]|sonnet-[5-9]|haiku-[5-9])")
 
+#: The counts of an Anthropic usage object, in the order they are checked.
+_USAGE_FIELDS = (
+    "input_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "output_tokens",
+)
+_PATH_READ = int(Flag.PATH_READ)
+_PATH_WRITE = int(Flag.PATH_WRITE)
+_REGENERABLE = int(Flag.REGENERABLE)
+_ERROR = int(Flag.ERROR)
+
 _PARENT_RE = re.compile(rb'"parentUuid"\s*:\s*"([^"]+)"')
 _SIDECHAIN_RE = re.compile(rb'"isSidechain"\s*:\s*true')
 
@@ -146,9 +158,9 @@ def parse_ts(value: Any) -> int | None:
     return ms if ts_in_range(ms) else None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
-    """One line of the conversation tree."""
+    """One line of the conversation tree (slots: one per line, tens of thousands a file)."""
 
     uuid: str
     parent: str | None
@@ -161,9 +173,21 @@ class _Node:
     summary: bool = False  # isCompactSummary
     message_id: str | None = None
     ts: int | None = None
+    #: `_content_blocks(entry)`, once asked for (`_content_of`; `content_read` then set).
+    content: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    content_read: bool = field(default=False, repr=False, compare=False)
 
 
-@dataclass
+def _content_of(node: _Node) -> list[dict[str, Any]] | None:
+    """The node's content blocks, worked out once: the assembler asks for them up to four
+    times per line (parallel-call index, tool-result ranks, blocks)."""
+    if not node.content_read:
+        node.content = _content_blocks(node.entry) if node.entry is not None else None
+        node.content_read = True
+    return node.content
+
+
+@dataclass(slots=True)
 class _Request:
     message_id: str
     first_node: str
@@ -266,15 +290,19 @@ class _FileReader:
             if not pass_through:
                 self._report(lineno, "duplicate-id", f"uuid {uuid[:8]}… appears twice")
             return
-        if isinstance(obj.get("version"), str):
-            self.version = obj["version"]
-        if isinstance(obj.get("sessionId"), str):
-            self.session_id = self.session_id or obj["sessionId"]
-            self.last_session_id = obj["sessionId"]
-        sidechain = bool(obj.get("isSidechain")) or self.whole_sidechain
+        get = obj.get
+        version = get("version")
+        if isinstance(version, str):
+            self.version = version
+        session_id = get("sessionId")
+        if isinstance(session_id, str):
+            self.session_id = self.session_id or session_id
+            self.last_session_id = session_id
+        sidechain = bool(get("isSidechain")) or self.whole_sidechain
         node = _Node(uuid, parent, lineno, kind, sidechain, None if pass_through else obj)
-        node.ts = parse_ts(obj.get("timestamp"))
-        bad_time = node.ts is None and isinstance(obj.get("timestamp"), str)
+        stamp = get("timestamp")
+        node.ts = parse_ts(stamp)
+        bad_time = node.ts is None and isinstance(stamp, str)
         if bad_time and not pass_through and kind != "assistant":  # (assistant: below)
             self._report(lineno, "bad-timestamp", "timestamp is not an ISO-8601 time in 2020-2100")
         if kind == "system" and obj.get("subtype") == "compact_boundary":
@@ -341,24 +369,19 @@ class _FileReader:
         if not isinstance(usage, dict):
             self._report(lineno, "wrong-type", "usage is not an object")
             return None
-        fields = (
-            "input_tokens",
-            "cache_read_input_tokens",
-            "cache_creation_input_tokens",
-            "output_tokens",
-        )
-        values: dict[str, int] = {}
-        for name in fields:
-            v = usage.get(name, 0)
+        get = usage.get
+        values: list[int] = []
+        for name in _USAGE_FIELDS:
+            v = get(name, 0)
             if v is None:
                 v = 0
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            elif not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 self._report(lineno, "wrong-type", f"usage.{name} is not a count: {quoted(v)}")
                 return None
-            values[name] = v
-        created = values["cache_creation_input_tokens"]
+            values.append(v)
+        inp, read, created, out = values
         w5, w1 = created, 0
-        split = usage.get("cache_creation")
+        split = get("cache_creation")
         if isinstance(split, dict):
             a = split.get("ephemeral_5m_input_tokens", 0) or 0
             b = split.get("ephemeral_1h_input_tokens", 0) or 0
@@ -367,22 +390,16 @@ class _FileReader:
                 return None
             if a + b == created:
                 w5, w1 = a, b
-        problem = usage_problem(
-            values["input_tokens"],
-            values["cache_read_input_tokens"],
-            w5,
-            w1,
-            values["output_tokens"],
-        )
+        problem = usage_problem(inp, read, w5, w1, out)
         if problem is not None:
             self._report(lineno, "implausible-usage", problem)
             return None
         return RecordedUsage(
-            values["input_tokens"],
-            values["cache_read_input_tokens"],
+            inp,
+            read,
             w5,
             w1,
-            values["output_tokens"],
+            out,
             iterations=usage_iterations(usage),
         )
 
@@ -533,11 +550,12 @@ class _SessionAssembler:
         self.siblings: dict[str, list[str]] = {}
         self.results_of: dict[str, list[str]] = {}
         self.use_order: dict[str, int] = {}
+        self._ranks: dict[str, int] = {}
         for uuid in self.r.order:
             if uuid not in self.node_ids:
                 continue
             node = self.r.nodes[uuid]
-            content = _content_blocks(node.entry) if node.entry is not None else None
+            content = _content_of(node)
             if node.kind == "assistant" and node.message_id:
                 self.siblings.setdefault(node.message_id, []).append(uuid)
                 for c in content or []:
@@ -630,26 +648,33 @@ class _SessionAssembler:
         return (node.ts or 0, node.line)
 
     def _use_rank(self, uuid: str) -> int:
-        """Where the tool_use a tool-result line answers was written (-1: not a result)."""
+        """Where the tool_use a tool-result line answers was written (-1: not a result).
+        Fixed once the index is built, so worked out once per line."""
+        rank = self._ranks.get(uuid)
+        if rank is not None:
+            return rank
         node = self.r.nodes[uuid]
-        if node.kind != "user" or node.entry is None:
-            return -1
-        ranks = [
-            self.use_order.get(str(c.get("tool_use_id")), -1)
-            for c in _content_blocks(node.entry) or []
-            if c.get("type") == "tool_result"
-        ]
-        known = [r for r in ranks if r >= 0]
-        return min(known) if known and len(known) == len(ranks) else -1
+        rank = -1
+        if node.kind == "user" and node.entry is not None:
+            ranks = [
+                self.use_order.get(str(c.get("tool_use_id")), -1)
+                for c in _content_of(node) or []
+                if c.get("type") == "tool_result"
+            ]
+            known = [r for r in ranks if r >= 0]
+            rank = min(known) if known and len(known) == len(ranks) else -1
+        self._ranks[uuid] = rank
+        return rank
 
     def _results_in_use_order(self, added: list[str]) -> list[str]:
         """Each run of consecutive tool-result lines sorted by the order of their
         tool_use blocks (a run holding a line of anything else is left as it is)."""
         out = list(added)
+        ranks = [self._use_rank(u) for u in out]
         i = 0
         while i < len(out):
             j = i
-            while j < len(out) and self._use_rank(out[j]) >= 0:
+            while j < len(out) and ranks[j] >= 0:
                 j += 1
             if j - i > 1:
                 out[i:j] = sorted(out[i:j], key=self._use_rank)
@@ -750,7 +775,7 @@ class _SessionAssembler:
                 trigger = str(meta.get("trigger") or "unknown")
                 pre_v = meta.get("preTokens")
                 pre = pre_v if isinstance(pre_v, int) else -1
-        ts = parse_ts(root.entry.get("timestamp")) if root.entry else None
+        ts = root.ts if root.entry else None  # parse_ts of the entry's timestamp
         self.flush_event(-1)
         if root.uuid in self.copied_roots:
             self.r.stats["compactions_copied"] = self.r.stats.get("compactions_copied", 0) + 1
@@ -768,13 +793,13 @@ class _SessionAssembler:
         entry = node.entry
         if entry is None or node.kind == "system":
             return []
-        content = _content_blocks(entry)
+        content = _content_of(node)
         if content is None:
             self.r.problems.report(
                 self.r.label, node.line, "wrong-type", "message content is not text or a list"
             )
             return []
-        ts = parse_ts(entry.get("timestamp")) or 0
+        ts = node.ts or 0  # parsed from the entry's timestamp when the line was read
         out: list[int] = []
         if node.kind == "assistant":
             mid = node.message_id or node.uuid
@@ -839,11 +864,11 @@ class _SessionAssembler:
             raw_id = c.get("id")
             use_id = raw_id if isinstance(raw_id, str) else None
             path = _tool_path(tool_input)
-            flags = Flag.NONE
+            flags = 0  # Flag bits as plain ints: IntFlag arithmetic is slow per block
             if path and name in READ_TOOLS:
-                flags |= Flag.PATH_READ
+                flags |= _PATH_READ
             if path and name in WRITE_TOOLS:
-                flags |= Flag.PATH_WRITE
+                flags |= _PATH_WRITE
             if use_id:
                 self.uses[use_id] = (name, path if flags else None)
             text = name + orjson.dumps(tool_input, option=orjson.OPT_SORT_KEYS).decode()
@@ -924,17 +949,17 @@ class _SessionAssembler:
             else:
                 name, path = self.uses[use_id]
             text, images = _text_of(c.get("content"))
-            flags = Flag.NONE
+            flags = 0
             if name in REGENERABLE_TOOLS:
-                flags |= Flag.REGENERABLE
+                flags |= _REGENERABLE
             if c.get("is_error"):
-                flags |= Flag.ERROR
+                flags |= _ERROR
             if path and name in READ_TOOLS:
-                flags |= Flag.PATH_READ
+                flags |= _PATH_READ
             if path and name in WRITE_TOOLS:
-                flags |= Flag.PATH_WRITE
+                flags |= _PATH_WRITE
             file_tokens, file_scale = -1, None
-            if path and not flags & Flag.ERROR and node.entry is not None:
+            if path and not flags & _ERROR and node.entry is not None:
                 file_tokens, file_scale = _file_observation(name, node.entry.get("toolUseResult"))
             out = [
                 add(

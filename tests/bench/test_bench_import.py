@@ -9,12 +9,13 @@ least 20x faster than cold. Run with `make bench`; ratios come from one run.
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
-from traces import builder
+from traces import tokens
 from traces.cache import CompileCache
 from traces.load import import_into, load_all, load_unit, units
 from traces.source import ImportUnit
@@ -31,23 +32,39 @@ def _megabytes(found: list[ImportUnit]) -> float:
     return sum(f.path.stat().st_size for u in found for f in u.files) / 1e6
 
 
+def _tokenizing_modules() -> list[object]:
+    """Every reader module that calls count_tokens: the builder, and the readers that
+    count a text themselves (codex, swe_agent); missing one would lower the floor."""
+    return [
+        m
+        for name, m in sorted(sys.modules.items())
+        if name.startswith("traces.")
+        and m is not tokens
+        and getattr(m, "count_tokens", None) is tokens.count_tokens
+    ]
+
+
 @pytest.fixture(scope="module")
 def corpus(shared: Path) -> tuple[list[ImportUnit], list[str]]:
     """The units, and every text the importer tokenizes (captured once)."""
     found = _units(shared)
     texts: list[str] = []
-    original = builder.count_tokens
+    original = tokens.count_tokens
 
     def capture(text: str) -> int:
         texts.append(text)
         return original(text)
 
-    builder.count_tokens = capture
+    modules = _tokenizing_modules()
+    assert {getattr(m, "__name__", "") for m in modules} >= {"traces.builder", "traces.codex"}
+    for m in modules:
+        m.count_tokens = capture  # type: ignore[attr-defined]
     try:
         for unit in found:
             load_unit(unit, lenient=True)
     finally:
-        builder.count_tokens = original
+        for m in modules:
+            m.count_tokens = original  # type: ignore[attr-defined]
     return found, texts
 
 
