@@ -215,6 +215,41 @@ REASONING_AT_USER_TURN: list[tuple[str, bool]] = [
 ]
 
 
+#: Codex versions [from, to) under which a user message that comes mid-turn (the last
+#: response called a tool: a steer typed while the turn runs, a subagent's notification, the
+#: marker of an interrupted turn) leaves the reasoning in the context: it is dropped at the
+#: next user message after a response that called none (`_message`).
+#:
+#: In shared/traces/codex, at the first request after each user message that follows
+#: reasoning, the recorded read against the position of that reasoning in the previous
+#: prompt (past it: kept; at it: dropped; far short of it: a read of the shared start only,
+#: routing, no evidence). After a response that called a tool: gpt-5.4 of 0.118-0.128
+#: (git-sync) kept it on 14 of 14 (8 subagent notifications, 2 human steers, 4 turn aborts;
+#: 2 more read only a start), gpt-5.5 of 0.140 (agentv, 2026-06-18) on 5 of 5 steers (4 more
+#: read a start); gpt-5.5 of 0.141-0.142 (agentv, 2026-06-22 on) dropped it on 19 of 19 (4
+#: more read a start), gpt-5-codex of 0.40-0.42 (agentic-neurodata) on 3 of 3. After a
+#: response that called no tool (a new task, or a steer after the final message) it is
+#: dropped on 147 of 151 (gpt-5.3-codex-spark, 5.4 and 5.5 alike; agentv 019ed99c request
+#: 204, a steer after a final message on 0.140, too). Misses of the rule: one gpt-5.5 turn
+#: abort of 0.126 (git-sync 019ddcb1 request 2) dropped it, one gpt-5.3-codex-spark steer
+#: of 0.142.2 (agentv 019f03e0 request 109) kept it. Where the rule applies the replay had
+#: read only up to the dropped reasoning, and the request after fall back to the state
+#: before: 19 of the 34 "under, other" requests in sample (agentv 019ed99c requests 227,
+#: 239, 244 read 167-214k, 21-34k more than the replay). Whether the cut is the client's
+#: (0.141) or the server's (between 06-18 and 06-22) the recordings cannot tell.
+MID_TURN_KEEPS_REASONING = ((0, 118), (0, 141))
+
+
+def cli_version(text: str) -> tuple[int, ...]:
+    """A cli version as numbers ("0.126.0-alpha.8" -> (0, 126, 0)); () when unreadable."""
+    out: list[int] = []
+    for part in text.split("-", 1)[0].split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
 def reasoning_kept(model: str) -> bool | None:
     """Whether `model` keeps earlier turns' reasoning in its context (None: unknown).
 
@@ -580,6 +615,8 @@ class _RolloutReader:
         self.turns: list[tuple[int, list[int], int, int | None]] = []
         self.live_from = 0  # first block not yet compacted away by a recorded compaction
         self.task_items: int | None = None  # response items since the last task_started
+        #: The last response called a tool: a user message now comes mid-turn.
+        self.last_called = False
         self.windows: dict[str, int] = {}  # model -> the first model_context_window logged
         self.window_last: dict[str, int] = {}  # model -> the latest one
         #: Times of the first entry after each joined line: a resume of a rewritten copy.
@@ -737,6 +774,7 @@ class _RolloutReader:
             )
             if o.kind == Kind.THINKING:
                 self.thinking.append((idx, o.tokens or 0))
+        self.last_called = any(o.kind == Kind.TOOL_USE and o.use_id for o in self.run_blocks)
         self.run = -1
         self.run_owned = False
         self.run_blocks = []
@@ -946,11 +984,14 @@ class _RolloutReader:
         self.msg += 1
         flags = Flag.NONE
         if role == "user":
-            if self.thinking:  # the reasoning before a user turn may be dropped
+            head = next((text for kind, text in parts if kind == Kind.TEXT), "")
+            version = cli_version(self.version)
+            kept = self.last_called and MID_TURN_KEEPS_REASONING[0] <= version
+            kept = kept and version < MID_TURN_KEEPS_REASONING[1]
+            if self.thinking and not kept:  # the reasoning before a user turn may be dropped
                 blocks = [b for b, _ in self.thinking]
                 self.drops.append((k, blocks, sum(t for _, t in self.thinking)))
                 self.thinking = []
-            head = next((text for kind, text in parts if kind == Kind.TEXT), "")
             if human and not head.lstrip().startswith(INJECTED_PREFIXES):
                 flags = Flag.HUMAN
         self.inputs.extend(text for kind, text in parts if kind == Kind.TEXT)

@@ -119,3 +119,52 @@ def test_the_table() -> None:
     assert codex.reasoning_kept("gpt-5.5") is False
     assert codex.reasoning_kept("gpt-5.10") is None  # not gpt-5.1: unknown, usage decides
     assert codex.reasoning_kept("o9-mini") is None
+
+
+def _task_event(second: int, kind: str) -> bytes:
+    return _line(second, "event_msg", {"type": kind})
+
+
+def _mid_turn_session(version: str) -> Session:
+    """gpt-5.5: a task whose first response reasons and calls a tool; the user types a
+    steer before its output reaches the model; the next response reasons and answers;
+    then a new task's user message."""
+    call = {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "c0"}
+    output = {"type": "function_call_output", "call_id": "c0", "output": "done"}
+    lines = [
+        _line(0, "session_meta", {"id": "s", "cli_version": version}),
+        _task_event(0, "task_started"),
+        _line(0, "turn_context", {"model": "gpt-5.5"}),
+        _user(1, "first task"),
+        _reasoning(2),
+        _line(3, "response_item", call),
+        _tc(4, 2450, 2000, 450, 400),
+        _line(5, "response_item", output),
+        _user(6, "a steer"),
+        _reasoning(7),
+        _reply(8),
+        _tc(9, 5350, 2440, 460, 400),
+        _task_event(10, "task_complete"),
+        _task_event(20, "task_started"),
+        _user(21, "second task"),
+        _reply(22),
+        _tc(23, 7750, 2050, 2, 0),
+    ]
+    unit = ImportUnit("codex", [SourceFile(Path("r.jsonl"), "r.jsonl")])
+    trace = codex.read(unit, [b"\n".join(lines) + b"\n"], Problems())
+    return trace.sessions[0]
+
+
+@pytest.mark.parametrize(("version", "first_dropped_at"), [("0.140.0", 2), ("0.141.0", 1)])
+def test_a_mid_turn_user_message_keeps_the_reasoning_before_0_141(
+    version: str, first_dropped_at: int
+) -> None:
+    """Before 0.141 (`MID_TURN_KEEPS_REASONING`) the steer after the tool output leaves the
+    first response's reasoning in the context until the next task's user message (request
+    2); from 0.141 the steer drops it (request 1). The second response's reasoning goes at
+    the new task either way."""
+    s = _mid_turn_session(version)
+    b = s.blocks
+    thinking = np.flatnonzero(b["kind"] == Kind.THINKING)
+    assert b["origin"][thinking].tolist() == [0, 1]
+    assert b["hidden_from"][thinking].tolist() == [first_dropped_at, 2]
