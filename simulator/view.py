@@ -259,7 +259,13 @@ class View:
         plan = self._plan
         if plan is not None and plan.hashes is hashes and plan.tokens is tokens:
             i = position - plan.start
-            if b - plan.first == i >= 0 and (plan.chains[i - 1] if i else plan.base) == previous:
+            # i past the planned chains: the view grew by other appends since (a synthetic
+            # item), so the plan cannot vouch for the prefix: it is dropped below.
+            if (
+                b - plan.first == i >= 0
+                and i <= len(plan.chains)
+                and (plan.chains[i - 1] if i else plan.base) == previous
+            ):
                 if i + n > len(plan.ids):  # used up: the next plan is twice as long
                     self._plan_size = min(2 * self._plan_size, _PLAN_MAX)
                     plan = self._make_plan(b, position, previous, total, hashes, tokens)

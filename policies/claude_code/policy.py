@@ -411,18 +411,24 @@ class _State(ConversationSession):
         return bool(self.p["autocompact.analysis_stripped"])
 
     def _collapse(self, out: Emitter, ttl: int) -> None:
+        """Commit the next span and price its summary request: the conversation before
+        the commit, forked with the summary prompt. The commit changes the items, not the
+        view (it is re-chained at the next sync), so the request is the live view with
+        the prompt appended, and the prompt is taken off after it is priced: no copy of
+        the whole view per commit (issue 16: that copy was most of what still grew with
+        the session once the span search was indexed)."""
         conv = self.conv
-        before = conv.sync().copy()
-        committed = self.collapse.commit_span(conv)
-        if committed is None:
+        span = self.collapse.span(conv)
+        if span is None:
             return
-        span, summary = committed
-        view = before
+        view = conv.sync()
+        _, summary = self.collapse.replace(conv, span)
+        n = len(view)
         view.append(-1, chain(conv.ctx.root, 0xC011), int(self.p["collapse.prompt_tokens"]))
         out.call(
             view, Call("compaction", "collapse", self.breakpoints(view, ttl, fork=True), summary)
         )
-        del span
+        view.truncate(n)
 
 
 class ClaudeCode(Policy):

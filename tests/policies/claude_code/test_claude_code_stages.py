@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.claude_code.autocompact import Attempt, Autocompact
+from policies.claude_code.collapse import Collapse, Span
 from policies.claude_code.groups import GroupIndex
 from policies.claude_code.policy import BASE, COMPACTABLE_TOOLS, _State, preset_for
 from policies.claude_code.snip import Snip
@@ -38,8 +39,10 @@ from policies.conversation import CLEARED_TOKENS, Conversation
 from simulator import policy
 from simulator.app.cli import parse_param
 from simulator.model import Flag, Kind, Role, Trace
+from simulator.policy import Call
 from simulator.prefix import Prefix
 from simulator.replay import replay
+from simulator.view import chain
 from tests.support.scripted import compactions, contexts, row, usage
 from traces.builder import Hasher, SessionBuilder
 
@@ -1152,3 +1155,134 @@ def test_the_group_index_follows_appends_and_rebuilds_when_items_leave() -> None
         mp.setattr(_State, "transform", transform)
         replay([("t", frame_trace)], policy.build(NEWEST))
     assert seen == [[0], [0, 1], [0, 1, 3], [0, 1, 3, 5], [0, 1, 3]]
+
+
+def collapse_walk(self: Collapse, conv: Conversation) -> Span | None:
+    """The span a commit took before the indexes: every group walked, then every one
+    before the first that does not open with a collapse summary scanned past."""
+    groups = conv.groups()
+    first = next(
+        (
+            i
+            for i, g in enumerate(groups)
+            if conv.items[g] >= 0 or conv.synthetic[conv.items[g]].kind != "collapse"
+        ),
+        None,
+    )
+    if first is None:
+        return None
+    end = min(first + self.span_groups, len(groups) - self.keep_tail)
+    if end <= first:
+        return None
+    bounds = [*groups, len(conv.items)]
+    return Span(first, end, bounds[first], bounds[end])
+
+
+def collapse_rescan(self: _State, out: Any, ttl: int) -> None:
+    """A commit as it was before the indexes: the view copied, the span found by the
+    walk, its tokens summed, the summary request priced on the copy."""
+    conv, stage = self.conv, self.collapse
+    before = conv.sync().copy()
+    span = collapse_walk(stage, conv)
+    if span is None:
+        return
+    tokens = sum(conv.item(k)[1] for k in conv.items[span.lo : span.hi])
+    summary = conv.add_synthetic(max(1, int(tokens * stage.ratio)), "collapse", stage.commits)
+    conv.replace_range(span.lo, span.hi, [summary], edit="collapse")
+    stage.commits += 1
+    before.append(-1, chain(conv.ctx.root, 0xC011), int(self.p["collapse.prompt_tokens"]))
+    marks = self.breakpoints(before, ttl, fork=True)
+    out.call(before, Call("compaction", "collapse", marks, conv.synthetic[summary].tokens))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    trace=scripted_rounds(),
+    commit=st.sampled_from((0.001, 0.01, 0.05, 0.2)),
+    span_groups=st.integers(1, 4),
+    tail=st.integers(0, 3),
+    ratio=st.sampled_from((0.1, 0.5)),
+    snip=st.booleans(),
+)
+def test_the_indexed_collapse_commits_the_spans_of_the_walk(
+    trace: Trace, commit: float, span_groups: int, tail: int, ratio: float, snip: bool
+) -> None:
+    """Collapse over its group index and its count of leading summaries
+    (policies/claude_code/collapse.py) picks, at every commit it tries, the span the walk
+    of the whole conversation picks, and the replay (rows with the loss columns, and
+    edits) is the one of the commits as they were: walk, copied view. Snip, when on,
+    removes groups in between (the index rebuilds); rewinds and strips move items."""
+    params = {
+        "collapse.enabled": True,
+        "collapse.commit_fraction": commit,
+        "collapse.block_fraction": min(0.95, 2 * commit),
+        "collapse.span_groups": span_groups,
+        "collapse.keep_tail_groups": tail,
+        "collapse.summary_ratio": ratio,
+        "snip.enabled": snip,
+        "snip.trigger_fraction": 0.01,
+        "snip.target_fraction": 0.005,
+        "microcompact.time_based.enabled": True,
+    }
+    tried = committed = 0
+    indexed = Collapse.span
+
+    def checked(self: Collapse, conv: Conversation) -> Span | None:
+        nonlocal tried, committed
+        tried += 1
+        got = indexed(self, conv)
+        assert got == collapse_walk(self, conv)
+        assert self.groups(conv) == conv.groups()
+        committed += got is not None
+        return got
+
+    results = []
+    for rescan in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            if rescan:
+                mp.setattr(_State, "_collapse", collapse_rescan)
+            else:
+                mp.setattr(Collapse, "span", checked)
+            edits: list[Any] = []
+            frame = replay([("t", trace)], policy.build(NEWEST, params), edits=edits, loss=True)
+            results.append((frame, edits))
+    (rows, edits), (want_rows, want_edits) = results
+    assert rows.equals(want_rows)
+    assert edits == want_edits
+    if commit <= 0.01 and not snip and len(trace.sessions[0].requests) > 3 + tail:
+        assert committed > 0  # due at every request (1,800 tokens of 180,000 at most)
+
+
+def test_collapse_commits_repair_the_group_index_and_skip_the_summaries() -> None:
+    """Hand-checked, 2 groups a span, 1 kept: [user, use1, result1, use2, result2, use3,
+    result3] is groups 0, 1, 3, 5. The first commit replaces groups 0-1 (items 0-2) by a
+    summary S1: [S1, use2, result2, use3, result3], groups 0, 1, 3. The second starts
+    after S1: min(1 + 2, 3 - 1) = 2, group 1 (items 1-2) becomes S2: groups 0, 1, 2. The
+    third starts at group 2 and would end at min(4, 2): nothing to commit."""
+    s = Script(prefix=2_000)
+    s.user(100)
+    s.request()
+    s.rounds(3, "Bash", 500)
+    seen: list[Any] = []
+    stage = Collapse({**BASE, "collapse.span_groups": 2, "collapse.keep_tail_groups": 1})
+
+    def transform(self: Any, k: int, out: Any) -> dict[str, bool]:
+        if k == 3:
+            conv = self.conv
+            for _ in range(3):
+                span = stage.span(conv)
+                seen.append((span, list(stage.groups(conv)), conv.groups()))
+                if span is not None:
+                    stage.replace(conv, span)
+        return {}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_State, "transform", transform)
+        replay([("t", s.trace())], policy.build(NEWEST))
+    assert seen == [
+        (Span(0, 2, 0, 3), [0, 1, 3, 5], [0, 1, 3, 5]),
+        (Span(1, 2, 1, 3), [0, 1, 3], [0, 1, 3]),
+        (None, [0, 1, 2], [0, 1, 2]),
+    ]
+    assert stage.groups.generation == 1  # built once, repaired after each commit
+    assert stage.commits == 2
