@@ -118,7 +118,7 @@ def code_digest() -> str:
 
     core = Path(__file__).resolve().parent
     files = sorted(core.glob("*.py"))
-    packages = sorted({registry.get(name).__module__.split(".")[0] for name in registry.names()})
+    packages = sorted({registry.module_of(name).split(".")[0] for name in registry.names()})
     for package in packages:
         spec = importlib.util.find_spec(package)
         for place in sorted(spec.submodule_search_locations or []) if spec else []:

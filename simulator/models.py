@@ -23,8 +23,6 @@ import re
 from dataclasses import dataclass, replace
 from functools import cache
 
-from genai_prices.data import providers as _PROVIDERS
-
 from simulator.model import Session
 
 #: The 1M window's size, and the standard one's, for the inference of `session_facts`.
@@ -92,8 +90,15 @@ _LOOKED_UP = ("anthropic", "openai", "google")
 
 
 def _genai(model: str) -> tuple[str, int | None] | None:
-    """(provider id, context_window) of the first genai-prices model matching `model`."""
-    for provider in _PROVIDERS:
+    """(provider id, context_window) of the first genai-prices model matching `model`.
+
+    genai-prices is imported here, at the first lookup, not with the module: its data and
+    types take 0.19 s of CPU to import alone, 0.07 s beyond the pydantic a sweep's main
+    process imports anyway for the policies' parameters; that process looks no model up
+    (issue 16; tests/simulator/app/test_startup.py)."""
+    from genai_prices.data import providers
+
+    for provider in providers:
         if provider.id not in _LOOKED_UP:
             continue
         for info in provider.models:

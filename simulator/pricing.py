@@ -39,6 +39,13 @@ touches the network either: genai-prices can auto-update its table from GitHub i
 background thread (``UpdatePrices``); we never start it, and we do not even read through
 ``get_snapshot()`` (which would return an auto-updated table if other code in the process
 started one): the PriceBook builds its own snapshot from the data bundled in the wheel.
+
+genai-prices is imported at the first price looked up, not with this module: its data and
+types take 0.19 s of CPU to import alone (0.07 s beyond the pydantic the policies'
+parameters import anyway), which a sweep's main process paid though it prices nothing
+(issue 16; tests/simulator/app/test_startup.py). A PriceBook made without `provider_id`
+builds its snapshot at its first lookup; the rates and dollars are the same. A sweep's fork
+server imports the table once for all its workers (simulator/app/sweep.py `_preload`).
 """
 
 from __future__ import annotations
@@ -50,14 +57,15 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from decimal import Decimal
 from importlib.metadata import version as _package_version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-from genai_prices import Usage
-from genai_prices.data import providers as _BUNDLED_PROVIDERS
-from genai_prices.data_snapshot import DataSnapshot
-from genai_prices.types import ModelInfo, ModelPrice, Provider, TieredPrices
+
+if TYPE_CHECKING:
+    from genai_prices import Usage
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import ModelInfo, ModelPrice, Provider, TieredPrices
 
 F64 = npt.NDArray[np.float64]
 
@@ -186,6 +194,8 @@ def to_genai_usage(
     input: int, cache_read: int, cache_write_5m: int, cache_write_1h: int, output: int
 ) -> Usage:
     """Anthropic-style counts (input excludes cached tokens) as a genai-prices Usage."""
+    from genai_prices import Usage
+
     return Usage(
         input_tokens=input + cache_read + cache_write_5m + cache_write_1h,
         cache_read_tokens=cache_read,
@@ -209,17 +219,26 @@ class PriceBook:
             raise ValueError("as_of must be timezone-aware (prices switch at UTC dates)")
         self.provider_id = provider_id
         self.as_of = as_of
-        # Our own snapshot of the bundled table: never the auto-updated one, never the clock
-        # (its timestamp only matters for auto-updated snapshots; we pin it anyway).
-        self._snapshot = DataSnapshot(
-            providers=_BUNDLED_PROVIDERS, from_auto_update=False, timestamp=as_of
-        )
+        self._table: DataSnapshot | None = None
         if provider_id is not None:
             try:
                 self._snapshot.find_provider(None, provider_id, None)
             except LookupError as exc:
                 raise ValueError(f"unknown genai-prices provider {provider_id!r}") from exc
         self._rates: dict[str, ModelRates | None] = {SYNTHETIC: None}
+
+    @property
+    def _snapshot(self) -> DataSnapshot:
+        """Our own snapshot of the bundled table, built at its first use: never the
+        auto-updated one, never the clock (its timestamp only matters for auto-updated
+        snapshots; we pin it anyway)."""
+        if self._table is None:
+            from genai_prices.data_snapshot import DataSnapshot
+
+            self._table = DataSnapshot(
+                providers=_bundled_providers(), from_auto_update=False, timestamp=self.as_of
+            )
+        return self._table
 
     @property
     def version(self) -> str:
@@ -246,6 +265,8 @@ class PriceBook:
 
     def _load(self, model: str) -> ModelRates:
         provider, info = self._find(model)
+        from genai_prices.types import TieredPrices
+
         price = info.get_prices(self.as_of)
         chosen = [_first_price(price, _PRICE_CHAIN[c]) for c in COMPONENTS]
         if chosen[0] is None or chosen[4] is None:
@@ -313,10 +334,11 @@ class PriceBook:
         return close
 
     def _candidate_providers(self) -> list[Provider]:
+        bundled = _bundled_providers()
         if self.provider_id is None:
-            return list(_BUNDLED_PROVIDERS)
+            return list(bundled)
         provider = self._snapshot.find_provider(None, self.provider_id, None)
-        extra = [p for p in _BUNDLED_PROVIDERS if p.id in (provider.fallback_model_providers or [])]
+        extra = [p for p in bundled if p.id in (provider.fallback_model_providers or [])]
         return [provider, *extra]
 
     # -- pricing ------------------------------------------------------------------------
@@ -434,6 +456,8 @@ def _cost(per_token: tuple[float, float, float, float, float], *counts: int) -> 
 
 
 def _first_price(price: ModelPrice, keys: tuple[str, ...]) -> Decimal | TieredPrices | None:
+    from genai_prices.types import TieredPrices
+
     for key in keys:
         value = getattr(price, key, None)
         if value is not None:
@@ -453,6 +477,13 @@ def _applicable(price: Decimal | TieredPrices | None, total_input: int) -> Decim
         if total_input > tier.start:
             return tier.price
     return rate
+
+
+def _bundled_providers() -> list[Provider]:
+    """The price table bundled in the installed genai-prices wheel (imported on first use)."""
+    from genai_prices.data import providers
+
+    return providers
 
 
 def _genai_version() -> str:

@@ -125,7 +125,8 @@ def _fork_server_now(executor: str, out: Path) -> None:
 
     # As simulator/app/sweep.py `_preload`, which the pool sets again, and the CLI: each
     # worker imports the main module again (`ctxsim` imports simulator/app/cli.py, 0.04 s).
-    modules = ["simulator.app.sweep", "simulator.replay", "simulator.app.cli"]
+    # The price table too: the engine imports it at its first price (simulator/pricing.py).
+    modules = ["simulator.app.sweep", "simulator.replay", "simulator.app.cli", "genai_prices.data"]
     modules += sorted({ep.module for ep in entry_points(group=POLICY_GROUP)})
     multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
     forkserver.ensure_running()

@@ -528,7 +528,7 @@ class Worker:
         self.traces = list(traces)
         self.settings = settings
         self.out = out
-        registry.names()  # load every registered policy now, not in the first cell
+        registry.names()  # discover the registered names now (the modules load as they build)
 
     def run(self, spec: PolicySpec) -> CellOutput:
         start = time.perf_counter()
@@ -590,9 +590,11 @@ def start_method() -> str:
 
 
 def _preload() -> list[str]:
-    """Modules the fork server imports once for all workers: the engine and every module
-    registering policies (found through the entry points, as the registry finds them)."""
-    modules = ["simulator.app.sweep", "simulator.replay"]
+    """Modules the fork server imports once for all workers: the engine, the module of each
+    policy entry point (a package's modules are imported by a worker that builds one of its
+    policies: simulator/policy.py) and the price table, which the engine imports only at its
+    first price (simulator/pricing.py)."""
+    modules = ["simulator.app.sweep", "simulator.replay", "genai_prices.data"]
     modules += sorted({ep.module for ep in entry_points(group=registry.ENTRY_POINT_GROUP)})
     return modules
 
