@@ -76,7 +76,7 @@ class RefetchParams:
 #: chance is small (0.0705) or nil: the agents act from the summary.
 FITTED: dict[str, RefetchParams] = {
     "claude-code": RefetchParams(refetch=0.0705, skip=0.1476, window=50),
-    "codex": RefetchParams(refetch=0.0, skip=0.9782, window=50),
+    "codex": RefetchParams(refetch=0.0, skip=0.9781, window=50),
 }
 #: Formats with no compaction to measure (SWE-agent, synthetic sessions) take Claude
 #: Code's fit, the one measured on the most edits.
