@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from policies.base import KEPT_WARM_MS, PREFIX_RESETS, WARM_START
-from simulator.model import NEVER, Flag, Kind, Session
+from simulator.model import NEVER, Flag, Kind, Session, version_tuple
 from simulator.params import Declarations
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.prefix import PrefixState, infer
@@ -27,13 +27,6 @@ from simulator.view import ANTHROPIC_LOOKBACK, MAX_BREAKPOINTS, Breakpoint, View
 #: The first Claude Code version with prompt suggestions (its changelog: 2.0.71 added the
 #: `/config` toggle for them); `post_turn_writes` finds none before it.
 POST_TURN_SINCE = (2, 0, 71)
-
-
-def client_version(client: str) -> tuple[int, ...]:
-    """The version of a recording client string ("claude-code 2.1.9" -> (2, 1, 9));
-    () when it names none."""
-    parts = client.rsplit(" ", 1)[-1].split(".")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
 
 
 def post_turn_writes(session: Session) -> dict[int, int]:
@@ -80,7 +73,7 @@ def post_turn_writes(session: Session) -> dict[int, int]:
     response's input + cache write + output exceeds 10,000 tokens (`cache_cold`); 5 reads
     here follow such a response (wakil 537e8445 request 138, after a 309k write), so that
     gate is not modelled, nor needed: the read decides."""
-    version = client_version(session.client)
+    version = version_tuple(session.client)
     r = session.requests
     n = len(r)
     if n < 2 or not version or version < POST_TURN_SINCE:

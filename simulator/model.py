@@ -166,6 +166,19 @@ def request_columns(data: dict[str, npt.NDArray[Any]] | None = None) -> Columns:
     return Columns(REQUEST_COLUMNS, data if data is not None else _empty(REQUEST_COLUMNS))
 
 
+def version_tuple(text: str) -> tuple[int, ...]:
+    """The version in a recording's client or version string, as numbers to compare
+    ("claude-code 2.1.29" -> (2, 1, 29), "0.126.0-alpha.8" -> (0, 126, 0)): the last word,
+    its parts up to the first that is not a number; () when it starts with none."""
+    words = text.split()
+    out: list[int] = []
+    for part in (words[-1] if words else "").split("-", 1)[0].split("."):
+        if not (part.isascii() and part.isdigit()):
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class CompactionEvent:
     """A compaction the recording agent performed (kept as an event, not as history)."""

@@ -119,7 +119,7 @@ from typing import Any
 
 import orjson
 
-from simulator.model import CompactionEvent, Flag, Kind, Role, Session, Trace
+from simulator.model import CompactionEvent, Flag, Kind, Role, Session, Trace, version_tuple
 from traces.bounds import (
     MAX_CONTEXT_TOKENS,
     MAX_SHLEX_CHARS,
@@ -238,16 +238,6 @@ REASONING_AT_USER_TURN: list[tuple[str, bool]] = [
 #: 239, 244 read 167-214k, 21-34k more than the replay). Whether the cut is the client's
 #: (0.141) or the server's (between 06-18 and 06-22) the recordings cannot tell.
 MID_TURN_KEEPS_REASONING = ((0, 118), (0, 141))
-
-
-def cli_version(text: str) -> tuple[int, ...]:
-    """A cli version as numbers ("0.126.0-alpha.8" -> (0, 126, 0)); () when unreadable."""
-    out: list[int] = []
-    for part in text.split("-", 1)[0].split("."):
-        if not part.isdigit():
-            break
-        out.append(int(part))
-    return tuple(out)
 
 
 def reasoning_kept(model: str) -> bool | None:
@@ -985,7 +975,7 @@ class _RolloutReader:
         flags = Flag.NONE
         if role == "user":
             head = next((text for kind, text in parts if kind == Kind.TEXT), "")
-            version = cli_version(self.version)
+            version = version_tuple(self.version)
             kept = self.last_called and MID_TURN_KEEPS_REASONING[0] <= version
             kept = kept and version < MID_TURN_KEEPS_REASONING[1]
             if self.thinking and not kept:  # the reasoning before a user turn may be dropped

@@ -43,6 +43,7 @@ from policies.claude_code.params import PARAMS
 from policies.claude_code.recorded import recorded_compactions
 from policies.claude_code.settings import client_window, env_truthy, standard_window_from
 from policies.claude_code.snip import Snip
+from simulator.model import version_tuple
 from simulator.models import STANDARD_WINDOW
 from simulator.params import Declarations
 from simulator.policy import (
@@ -580,10 +581,8 @@ VERSIONED: list[tuple[tuple[int, ...], type[ClaudeCode]]] = [
 def preset_for(client: str) -> str:
     """The preset matching a recording's client ("claude-code 2.1.29" -> its version's;
     an unreadable version: the newest)."""
-    version = client.split()[-1] if client.strip() else ""
-    try:
-        parts = tuple(int(x) for x in version.split("."))
-    except ValueError:
+    parts = version_tuple(client)
+    if not parts:
         return ClaudeCodeLatest.name
     chosen: type[ClaudeCode] = ClaudeCodeLatest
     for first, preset in VERSIONED:

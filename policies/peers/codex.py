@@ -51,7 +51,7 @@ from policies.base import (
     ConversationSession,
 )
 from policies.calibration.summary import SUMMARY_CAP
-from simulator.model import Flag, Kind, Role, Session
+from simulator.model import Flag, Kind, Role, Session, version_tuple
 from simulator.params import Declarations, Param, choice, flag, fraction, tokens
 from simulator.policy import (
     Call,
@@ -518,20 +518,10 @@ PRESETS: list[tuple[tuple[int, ...], dict[str, Any]]] = [
 ]
 
 
-def _version(text: str) -> tuple[int, ...]:
-    """ "0.142.5", "0.126.0-alpha.8" -> (0, 142, 5), (0, 126, 0); unreadable parts stop it."""
-    out: list[int] = []
-    for part in text.split("-", 1)[0].split("."):
-        if not part.isdigit():
-            break
-        out.append(int(part))
-    return tuple(out)
-
-
 def preset_for(cli_version: str) -> dict[str, Any]:
     """The parameter overrides of the Codex CLI version a session was recorded with (the
     newest preset when the version is unknown)."""
-    version = _version(cli_version)
+    version = version_tuple(cli_version)
     if not version:
         return dict(PRESETS[-1][1])
     chosen = PRESETS[0][1]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from policies.as_recorded import POST_TURN_SINCE, client_version, post_turn_writes
+from policies.as_recorded import POST_TURN_SINCE, post_turn_writes
 from simulator import policy as registry
-from simulator.model import Flag, Kind, Role, Trace
+from simulator.model import Flag, Kind, Role, Trace, version_tuple
 from simulator.replay import replay
 from traces.builder import Hasher, RecordedUsage, SessionBuilder
 
@@ -86,9 +86,12 @@ def test_the_entry_lives_its_ttl_from_the_end_of_the_turn() -> None:
 
 
 def test_the_version_gate() -> None:
-    assert client_version(NEW_CLIENT) == (2, 1, 220)
-    assert client_version("claude-code 2.0.71") == POST_TURN_SINCE
-    assert client_version("codex") == ()
+    assert version_tuple(NEW_CLIENT) == (2, 1, 220)
+    assert version_tuple("claude-code 2.0.71") == POST_TURN_SINCE
+    assert version_tuple("codex") == ()
+    assert version_tuple("0.126.0-alpha.8") == (0, 126, 0)  # a Codex cli pre-release
+    assert version_tuple("") == ()
+    assert version_tuple("claude-code 2.1.x") == (2, 1)  # up to the first part not a number
     old = session(6_200, client="claude-code 2.0.50")  # before prompt suggestions
     assert post_turn_writes(old.sessions[0]) == {}
     assert request_1(old) == (6_000, 1_000)

@@ -35,7 +35,7 @@ import numpy as np
 from policies.calibration.summary import file_restore_tokens, recent_file_sizes
 from policies.claude_code.policy import preset_for
 from simulator import policy
-from simulator.model import CompactionEvent, Flag, Kind, Session
+from simulator.model import CompactionEvent, Flag, Kind, Session, version_tuple
 from simulator.prefix import infer
 from traces.load import load_all, units
 
@@ -203,11 +203,7 @@ RECENT_REASON = "client 2.1.200 or newer: held out, measured against the policy,
 
 def _recent(client: str) -> bool:
     """Whether a recording's client is 2.1.200 or newer (an unreadable version is not)."""
-    try:
-        parts = tuple(int(x) for x in client.split()[-1].split("."))
-    except (ValueError, IndexError):
-        return False
-    return parts >= RECENT_CLIENT
+    return version_tuple(client) >= RECENT_CLIENT
 
 
 def _exclusion(session: Session, event: CompactionEvent) -> str | None:
