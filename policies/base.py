@@ -232,7 +232,8 @@ class ConversationSession(SessionPolicy):
         starts from."""
         call = self.call
         call.breakpoints = self.breakpoints(view, self.ttl(k)) if self.cache else []
-        call.output_tokens = self.ctx.output[k]
+        output = self.ctx.output[k]
+        call.output_tokens = output
         call.flags = flags
         call.cached = self.cache
         conv = self.conv
@@ -243,7 +244,7 @@ class ConversationSession(SessionPolicy):
         out.call(view, call)
         conv.sent_items = len(conv.items)
         self.last_total = view.total
-        self.last_output = self.ctx.output[k]
+        self.last_output = output
         self.since_last = []
 
     # -- the policy's own LLM calls ---------------------------------------------------

@@ -21,6 +21,9 @@ from simulator.view import NO_BLOCK, View, chain
 #: Tokens of the marker a cleared tool result is replaced by ("[Old tool result content
 #: cleared]" is 7 cl100k tokens).
 CLEARED_TOKENS = 7
+#: The group walk's state after a synthetic item: a group of its own (equal to no origin
+#: and to no user run).
+SYNTHETIC_GROUP = object()
 
 
 @dataclass
@@ -301,12 +304,21 @@ class Conversation:
         run of user content. Cutting only at these never separates a tool_use from its
         tool_result."""
         starts: list[int] = []
-        prev: object = None
+        self.extend_groups(self.items if items is None else items, 0, None, starts)
+        return starts
+
+    def extend_groups(
+        self, items: list[int], start: int, prev: object, starts: list[int]
+    ) -> object:
+        """The walk of `groups` over items[start:], appending to `starts`, from the state
+        `prev` the walk had before `start` (None at the beginning); returns its state after
+        the last item, so a running index (policies/claude_code/groups.py) goes on from it."""
         origin, result = self.origin, self.result  # a pass over every item: locals
-        for i, key in enumerate(self.items if items is None else items):
+        for i in range(start, len(items)):
+            key = items[i]
             if key < 0:
                 starts.append(i)
-                prev = ("synthetic", i)
+                prev = SYNTHETIC_GROUP
                 continue
             o = origin[key]
             if o >= 0:
@@ -318,4 +330,4 @@ class Conversation:
             elif prev != "user":
                 starts.append(i)
                 prev = "user"
-        return starts
+        return prev

@@ -13,11 +13,8 @@ scripted sessions.
 
 from __future__ import annotations
 
+from policies.conversation import SYNTHETIC_GROUP as _SYNTHETIC
 from policies.conversation import Conversation
-
-#: The walk's state after a synthetic item: a group of its own (equal to no origin and
-#: to no user run, as the walk's ("synthetic", i) is).
-_SYNTHETIC = object()
 
 
 class GroupIndex:
@@ -109,24 +106,6 @@ class GroupIndex:
             self._prev = None
         n = len(items)
         if self._seen < n:
-            starts, prev = self._starts, self._prev
-            origin, result = conv.origin, conv.result
-            for i in range(self._seen, n):
-                key = items[i]
-                if key < 0:
-                    starts.append(i)
-                    prev = _SYNTHETIC
-                    continue
-                o = origin[key]
-                if o >= 0:
-                    if prev != o:
-                        starts.append(i)
-                        prev = o
-                elif result[key] and prev is not None:
-                    continue  # stays with the response it answers
-                elif prev != "user":
-                    starts.append(i)
-                    prev = "user"
-            self._prev = prev
+            self._prev = conv.extend_groups(items, self._seen, self._prev, self._starts)
             self._seen = n
         return self._starts

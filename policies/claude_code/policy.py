@@ -195,7 +195,6 @@ class _State(ConversationSession):
         # Read once for the per-request path (`step`).
         self._ts = ctx.ts
         self._ts_end = ctx.ts_end
-        self._output = ctx.output
         self._micro_on = self.micro.time_based or self.micro.cached
         self._ttl_now = 0  # request k's TTL, read once by `transform` for `step`
         self.compact_off = env_truthy(p["DISABLE_COMPACT"])
@@ -284,34 +283,6 @@ class _State(ConversationSession):
         if marks is None:
             marks = self._marks_by_ttl[ttl] = [Breakpoint(p, ttl) for p in self._marks_of]
         return marks
-
-    def step(self, k: int, out: Emitter) -> None:
-        """The shared step (policies/base.py `step` and `send`), inlined: it runs once per
-        request and its calls were a third of the pipeline's time. Sync, warm, the stages
-        (`transform`), then the request with its usage kept for the next estimate."""
-        conv = self.conv
-        self.sync(k)
-        if not self.warm_done or (self.warm_start and conv.prefix.warm_now):
-            self.warm_once(out, k)
-        flags = self.transform(k, out)
-        view = conv.sync()
-        if view.total > self._current.blocking:
-            flags["overflow"] = True
-        call = self.call
-        call.breakpoints = self.breakpoints(view, self._ttl_now) if self.cache else []
-        output = self._output[k]
-        call.output_tokens = output
-        call.flags = flags
-        call.cached = self.cache
-        if conv.pending_edits:  # what the stages changed without a call, on the record
-            for edit in conv.pending_edits:
-                out.edit(edit)
-            conv.pending_edits = []
-        out.call(view, call)
-        conv.sent_items = len(conv.items)
-        self.last_total = view.total
-        self.last_output = output
-        self.since_last = []
 
     def transform(self, k: int, out: Emitter) -> dict[str, bool]:
         """The five stages before request k (the shared step, policies/base.py, syncs,
