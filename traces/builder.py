@@ -602,6 +602,13 @@ def _distribute(total: int, weights: npt.NDArray[np.int64]) -> npt.NDArray[np.in
         return np.array([total], dtype=np.int64)
     if 1 < n <= _SMALL_SPLIT:
         return np.array(_distribute_small(total, weights.tolist()), dtype=np.int64)
+    return _distribute_numpy(total, weights)
+
+
+def _distribute_numpy(total: int, weights: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """`_distribute` on arrays: the path of long weight lists, and the reference the short
+    path (`_distribute_small`) equals (tests/traces/test_import_speed.py)."""
+    n = len(weights)
     w = weights.astype(np.int64)
     wsum = int(w.sum())
     if wsum <= 0:

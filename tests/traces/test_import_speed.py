@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.support import FIXTURES, SAMPLES
 from traces import load
-from traces.builder import _distribute, _middle, usage_iterations
+from traces.builder import _distribute, _distribute_numpy, _middle, usage_iterations
 from traces.cache import CompileCache
 from traces.load import load_all, load_unit, units
 from traces.source import ImportUnit, SourceFile
@@ -77,23 +77,6 @@ def test_unit_size_sums_its_files_and_counts_a_missing_one_as_empty(tmp_path: Pa
     assert load._size(ImportUnit("claude-code", files, ["subagent"])) == 153
     gone = SourceFile(tmp_path / "gone.jsonl", "gone.jsonl")
     assert load._size(ImportUnit("claude-code", [gone, files[0]], ["subagent"])) == 3
-
-
-def _distribute_numpy(total: int, weights: np.ndarray) -> np.ndarray:
-    """The split as numpy computes it (the path `_distribute` takes for long lists)."""
-    n = len(weights)
-    w = weights.astype(np.int64)
-    wsum = int(w.sum())
-    if wsum <= 0:
-        w = np.ones(n, dtype=np.int64)
-        wsum = n
-    share = total * w
-    base = share // wsum
-    rem = share % wsum
-    extra = total - int(base.sum())
-    if extra:
-        base[np.argsort(-rem, kind="stable")[:extra]] += 1
-    return base
 
 
 @settings(max_examples=300, deadline=None)
