@@ -449,6 +449,8 @@ class SessionLoss:
         `start`)."""
         m = n if n <= total else total
         lo, hi = start, m  # p: the first position whose item differs
+        if lo < hi and not self._same(view, lo, lo + 1):
+            hi = lo  # the view's own "last changed" item is the first to differ (masking)
         while lo < hi:
             mid = (lo + hi) // 2
             if self._same(view, lo, mid + 1):

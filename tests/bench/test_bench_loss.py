@@ -10,6 +10,7 @@ count), as tests/bench/test_bench_refetch.py does."""
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,12 +38,14 @@ def synthetic_10k() -> Named:
 
 def _ratio(benchmark: Any, traces: Named, name: str, rounds: int = 7) -> None:
     """Plain and with loss timed in turn, `rounds` times each: the fastest of each, in CPU
-    seconds of this process."""
+    seconds of this process, each run started on a collected heap (the engine defers the
+    collector while it replays, so the previous run's garbage would land on the next)."""
     built = policy.build(name)
     prices = default_prices()
     best = {"plain": float("inf"), "loss": float("inf")}
     for _ in range(rounds):
         for side, run in (("plain", replay), ("loss", replay_with_loss)):
+            gc.collect()  # the last run's garbage is collected before, not inside, this one
             start = time.process_time()
             run(traces, built, prices=prices)
             best[side] = min(best[side], time.process_time() - start)
