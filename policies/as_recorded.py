@@ -271,7 +271,9 @@ class _State(SessionPolicy):
 @register
 class AsRecorded(Policy):
     name = "as-recorded"
-    version = "1"
+    #: 2: the client's marker on the last two messages, and the entry the prompt
+    #: suggestion writes when a turn ends (`post_turn_writes`).
+    version = "2"
     defaults: ClassVar[dict[str, object]] = {"warm_start": True, "prefix_resets": True}
     declared: ClassVar[Declarations] = {"warm_start": WARM_START, "prefix_resets": PREFIX_RESETS}
 
