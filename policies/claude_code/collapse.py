@@ -76,14 +76,9 @@ class Collapse:
             return None
         return Span(first, end, groups[first], groups[end] if end < n else len(items))
 
-    def commit_span(self, conv: Conversation) -> tuple[list[int], int] | None:
-        """Replace the oldest span by its summary; returns (span items, summary tokens)."""
-        span = self.span(conv)
-        return None if span is None else self.replace(conv, span)
-
-    def replace(self, conv: Conversation, span: Span) -> tuple[list[int], int]:
-        """Replace `span`, as `span` just found it, by its summary; returns (span items,
-        summary tokens)."""
+    def replace(self, conv: Conversation, span: Span) -> int:
+        """Replace `span`, as `span` just found it, by its summary; returns the summary's
+        tokens."""
         first, end, lo, hi = span
         keys = conv.items[lo:hi]
         tokens = sum(conv.item(k)[1] for k in keys)
@@ -92,4 +87,4 @@ class Collapse:
         self.groups.replaced(conv, first, end, lo, hi)
         self._lead = first + 1
         self.commits += 1
-        return keys, conv.synthetic[summary].tokens
+        return conv.synthetic[summary].tokens

@@ -394,7 +394,7 @@ class _State(ConversationSession):
         if span is None:
             return
         view = conv.sync()
-        _, summary = self.collapse.replace(conv, span)
+        summary = self.collapse.replace(conv, span)
         n = len(view)
         view.append(-1, chain(conv.ctx.root, 0xC011), int(self.p["collapse.prompt_tokens"]))
         out.call(
