@@ -76,6 +76,14 @@ _PLAN_MIN = 64
 _PLAN_MAX = 4096
 
 
+class Seen(NamedTuple):
+    """Items an observer saw that the view no longer holds as they were (`View.seen`)."""
+
+    ids: list[int]
+    hashes: list[int]
+    tokens: list[int]
+
+
 class _Plan(NamedTuple):
     """Prefix hashes and token counts computed ahead, with numpy, for history blocks
     first, first + 1, ... appended at positions start, start + 1, ... after a prefix
@@ -176,6 +184,13 @@ class View:
     whole view: on the 10,000-request synthetic session that comparison made the loss
     columns 6x the masking replay (issue 16). The lists are changed only through these
     methods (nothing else in the project assigns into them).
+
+    `seen` keeps, for that observer, what it saw from `changed` on: the first change below
+    `changed` moves the items from there to `changed` into it (ahead of what it holds), so
+    the items the observer saw are always `ids[:changed] + seen.ids` (and so for hashes
+    and tokens), and it needs no copy of its own: a copy of each call's new items cost
+    it a third of its time (simulator/loss.py). Only a view the observer looked at (with
+    `changed` above 0) keeps anything; the observer empties it when it looks again.
     """
 
     __slots__ = (
@@ -187,6 +202,7 @@ class View:
         "hashes",
         "ids",
         "root",
+        "seen",
         "tokens",
     )
 
@@ -200,6 +216,8 @@ class View:
         self.cum: list[int] = []
         #: Positions below this are unchanged since the observer last looked (see above).
         self.changed = 0
+        #: What the observer saw from `changed` on, where it changed since (see above).
+        self.seen: Seen | None = None
         #: The appends computed ahead (`extend_blocks`), and how many blocks the next covers.
         self._plan: _Plan | None = None
         self._plan_size = _PLAN_MIN
@@ -361,9 +379,9 @@ class View:
     def truncate(self, n: int) -> None:
         """Keep the first `n` items."""
         if n < len(self.ids):
-            del self.ids[n:], self.hashes[n:], self.tokens[n:], self.chains[n:], self.cum[n:]
             if n < self.changed:
-                self.changed = n
+                self._keep_seen(n)
+            del self.ids[n:], self.hashes[n:], self.tokens[n:], self.chains[n:], self.cum[n:]
 
     def items(self, start: int = 0) -> list[tuple[int, int, int]]:
         return list(zip(self.ids[start:], self.hashes[start:], self.tokens[start:], strict=True))
@@ -403,16 +421,30 @@ class View:
         of them are recomputed in one pass, not once per item (a policy that deletes a
         batch of old results would otherwise pay O(view) for each)."""
         tokens = self.tokens
-        first = len(tokens)
-        for p in positions:
-            if tokens[p]:
-                tokens[p] = 0
-                if p < first:
-                    first = p
-        if first < len(tokens):
-            before = self.cum[first - 1] if first else 0
-            running = accumulate(islice(tokens, first, None), initial=before)
-            next(running)  # the `initial` value: the total before `first`
-            self.cum[first:] = running
-            if first < self.changed:
-                self.changed = first
+        counted = [p for p in positions if tokens[p]]
+        if not counted:
+            return
+        first = min(counted)
+        if first < self.changed:
+            self._keep_seen(first)
+        for p in counted:
+            tokens[p] = 0
+        before = self.cum[first - 1] if first else 0
+        running = accumulate(islice(tokens, first, None), initial=before)
+        next(running)  # the `initial` value: the total before `first`
+        self.cum[first:] = running
+
+    def _keep_seen(self, position: int) -> None:
+        """A change at `position`, below `changed`: the items from there to `changed` go
+        into `seen`, ahead of what it holds (see the class docstring)."""
+        end = self.changed
+        ids = self.ids[position:end]
+        hashes = self.hashes[position:end]
+        tokens = self.tokens[position:end]
+        seen = self.seen
+        if seen is not None:
+            ids += seen.ids
+            hashes += seen.hashes
+            tokens += seen.tokens
+        self.seen = Seen(ids, hashes, tokens)
+        self.changed = position

@@ -6,7 +6,15 @@ observation every request: the loss pass compares the view only from where it ch
 view's "last changed" index, simulator/view.py), in one test so the ratio is read within
 one run (`make bench`): the machines are shared and noisy, so the two sides run in turn and
 each is the fastest of seven rounds of process CPU time (other processes' load does not
-count), as tests/bench/test_bench_refetch.py does."""
+count), as tests/bench/test_bench_refetch.py does.
+
+Measured (five runs, load 0.9-2.9 on the shared 2-core machine, others' benchmarks
+running; corpus / synthetic): as-recorded 0.97-1.25x / 1.02-1.16x, claude-code 1.06-1.22x /
+1.09-1.21x, masking 1.05-1.27x / 1.05-1.34x; before, one run at load 2.7: 1.31x, 1.24x,
+1.18x / 1.26x, 1.19x, 1.23x. Under such load the wall-clock ratio moves by 10 to 30 points
+from run to run. The instructions the columns add to the replay (callgrind, which the load
+does not move; simulator/loss.py's module docstring), before -> after: as-recorded 19.1% ->
+12.2% / 19.0% -> 12.7%, masking 16.5% -> 11.3% / 15.3% -> 9.8%."""
 
 from __future__ import annotations
 
