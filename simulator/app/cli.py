@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -130,10 +130,12 @@ def _loaded(
     jobs: int = 0,
     tally: Any = None,
     reading: Reading | None = None,
+    each: Callable[[Trace], None] | None = None,
 ) -> Iterator[Any]:
     """Compile (or fetch from cache) every trace under `paths` that the reading's filters
     keep, with a progress bar; what was read, skipped and passed over is added to `tally`
-    (a traces.load.InputTally), and what is known of each session to `reading`."""
+    (a traces.load.InputTally), and what is known of each session to `reading`; `each`
+    is handed every trace as soon as it is decoded (a sweep's workers take it then)."""
     from traces.load import default_jobs, load_all, units_and_others
     from traces.select import select
 
@@ -163,6 +165,8 @@ def _loaded(
             if tally is not None:
                 tally.add(item)
             reading.noted(item)
+            if each is not None:
+                each(item.trace)
             yield item
 
     try:
@@ -513,13 +517,15 @@ def _named_traces(
     jobs: int,
     tally: Any = None,
     reading: Reading | None = None,
+    each: Callable[[Trace], None] | None = None,
 ) -> list[tuple[str, Trace]]:
     """(name, trace) of every trace under `paths` (or `reading`'s, filtered), named as
-    traces/load.py `named_traces` names them (no directory)."""
+    traces/load.py `named_traces` names them (no directory); `each` as in `_loaded`."""
     from traces.load import NameClash, named_traces
 
+    loaded = _loaded(paths, lenient, no_cache, "reading", jobs, tally, reading, each)
     try:
-        named = named_traces(_loaded(paths, lenient, no_cache, "reading", jobs, tally, reading))
+        named = named_traces(loaded)
     except NameClash as exc:
         _fail(str(exc))
     if not named:

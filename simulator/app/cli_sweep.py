@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -28,10 +29,16 @@ if TYPE_CHECKING:
     from simulator.app.tune import TuneResult
 
 
-def _traces(src: tuple[Path, ...], lenient: bool, no_cache: bool, jobs: int) -> Any:
+def _traces(
+    src: tuple[Path, ...],
+    lenient: bool,
+    no_cache: bool,
+    jobs: int,
+    each: Callable[[Any], None] | None = None,
+) -> Any:
     from simulator.app.cli import _named_traces
 
-    return _named_traces(src, lenient, no_cache, jobs)
+    return _named_traces(src, lenient, no_cache, jobs, each=each)
 
 
 def _fixed(params: tuple[str, ...]) -> list[tuple[str | None, str, Any]]:
@@ -347,14 +354,21 @@ def sweep(
         cells = sw.build_cells(config)
     except sw.SweepError as exc:
         _fail(str(exc))
-    if any(not sw.is_complete(out / c.path) for c in cells):  # none to start for a done sweep
-        sw.prestart(executor)  # the workers' imports overlap the loading of the traces
-    named = _traces(src, lenient, no_cache, jobs)
-    settings = sw.SweepSettings(
-        named, seed=config.seed or 0, cache=config.cache or "auto", lenient=lenient, refetch=refetch
-    )
+    seed, cache_model = config.seed or 0, config.cache or "auto"
+    todo = [c.spec for c in cells if not sw.is_complete(out / c.path)]
+    started = None
+    if executor == "process" and todo:  # none to start for a done sweep
+        # Its workers are forked and wait while the traces load (simulator/app/sweep.py
+        # `StartedPool`).
+        options = sw.run_settings(seed, cache_model, refetch)
+        started = sw.start_pool(todo, options, workers, out)
     bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
     try:
+        # Each trace goes to the started workers as soon as it is decoded.
+        named = _traces(src, lenient, no_cache, jobs, started.feed if started else None)
+        settings = sw.SweepSettings(
+            named, seed=seed, cache=cache_model, lenient=lenient, refetch=refetch
+        )
         result = sw.run_sweep(
             out,
             cells,
@@ -364,6 +378,7 @@ def sweep(
             workers=workers,
             address=address,
             progress=bar,
+            started=started,
         )
     except sw.SweepError as exc:
         if bar is not None:
@@ -374,6 +389,9 @@ def sweep(
             bar.close()
         click.echo(f"interrupted: finished cells are kept in {out}; rerun to resume", err=True)
         sys.exit(130)
+    finally:
+        if started is not None:
+            started.close()  # a no-op after a sweep that ran
     if bar is not None:
         bar.close()
     import polars as pl

@@ -39,8 +39,10 @@ rather than mixed.
 Executors: a local process pool (the default) or Ray. Like any process pool, a script that
 calls `run_sweep` must do so under `if __name__ == "__main__":` (workers import the main
 module). Both load the traces once per
-worker: the pool passes them to each worker's initializer, Ray puts them in the object
-store once and hands the reference to one actor per worker. A local worker writes each
+worker: the pool passes them to each worker's initializer (`ctxsim sweep` starts its pool
+before it loads the traces and feeds each trace to the waiting workers as it is decoded:
+`StartedPool`), Ray puts them in the object store once and hands the reference to one
+actor per worker. A local worker writes each
 cell's file itself and hands back its digest and figures (the manifest's and
 cells.parquet's), so the driver reads no file back; a Ray worker returns the bytes as
 well, which the driver writes, so Ray workers on other machines need no shared disk.
@@ -57,6 +59,7 @@ import os
 import pickle
 import re
 import sys
+import threading
 import time
 import tomllib
 import urllib.parse
@@ -565,15 +568,39 @@ def cell_file_frame(rows: pl.DataFrame) -> pl.DataFrame:
 _WORKER: Worker | None = None
 
 
-def _init_worker(traces: bytes, options: service.RunSettings, out: Path | None) -> None:
+def _init_worker(traces: bytes | Any, options: service.RunSettings, out: Path | None) -> None:
     """Process-pool initializer: the traces arrive once per worker, never per cell, pickled
-    once by the parent for all workers (`_process_pool`)."""
+    once by the parent for all workers: as an argument (`_process_pool`), or, for a pool
+    started before they were loaded, trace by trace from a feed (`StartedPool`)."""
     global _WORKER
-    _WORKER = Worker(pickle.loads(traces), options, out)
+    data = pickle.loads(traces) if isinstance(traces, bytes) else _received(*traces)
+    # Stopped before the traces came: no worker, and every cell handed to this process
+    # fails at once (an initializer that raised would print its traceback).
+    _WORKER = None if data is None else Worker(data, options, out)
+
+
+def _received(claims: Any, feeds: Sequence[Any]) -> list[tuple[str, Trace]] | None:
+    """This worker's feed (one per worker: `StartedPool`), read to its end: each trace is
+    unpickled as it comes (in batches: `FEED_BATCH`), while the parent loads the next; the
+    last message names the sweep's traces, in order, by the number each was fed under."""
+    got: dict[int, Trace] = {}
+    try:
+        feed = feeds[claims.get()]
+        while True:
+            message = feed.get()
+            if message is None:  # the sweep stopped first (`StartedPool.close`)
+                return None
+            kind, payload = message
+            if kind == "go":
+                return [(name, got[number]) for name, number in payload]
+            got.update((number, pickle.loads(data)) for number, data in payload)
+    except KeyboardInterrupt:  # Ctrl-C reaches the waiting workers too: stop quietly
+        return None
 
 
 def _run_in_worker(spec: PolicySpec) -> CellOutput:
-    assert _WORKER is not None, "worker not initialised"
+    if _WORKER is None:
+        raise SweepError("the sweep stopped before its traces were loaded")
     return _WORKER.run(spec)
 
 
@@ -618,8 +645,9 @@ def prestart(executor_name: str = "process") -> None:
     from what the workers digested and summed: `Worker`). Overlapping the fork server's
     imports takes the largest of those off the serial path (`ctxsim sweep` starts it even
     before its own imports for a new directory: simulator/app/cli_sweep.py
-    `_fork_server_now`; a resumed sweep, only when a cell is left). Nothing to do for
-    another executor or where there is no fork server."""
+    `_fork_server_now`; a resumed sweep, only when a cell is left; and it forks the
+    workers early too: `StartedPool`). Nothing to do for another executor or where there
+    is no fork server."""
     if executor_name != "process":
         return
     if _context().get_start_method() == "forkserver":
@@ -647,6 +675,28 @@ def _serial(traces: NamedTraces, options: service.RunSettings, out: Path | None)
     return run
 
 
+def _pickled(traces: NamedTraces) -> bytes:
+    """The traces as every worker receives them: pickled once here, for all workers (a
+    pool would pickle its initializer's arguments again for each worker it starts, one
+    after the other: 0.1 s each for the shared Claude Code corpus)."""
+    return pickle.dumps(list(traces), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _results(
+    pool: ProcessPoolExecutor, futures: dict[Future[CellOutput], PolicySpec]
+) -> Iterator[CellOutput]:
+    """Each cell's output as it finishes (those finished together in cell order); a cell
+    that failed stops the sweep with its error."""
+    pending = set(futures)
+    while pending:
+        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for future in sorted(finished, key=lambda f: _order(futures[f])):
+            try:
+                yield future.result()
+            except Exception as exc:
+                raise SweepError(_cell_failure(futures[future], exc)) from exc
+
+
 def _process_pool(
     traces: NamedTraces, options: service.RunSettings, workers: int, out: Path | None
 ) -> Execute:
@@ -657,26 +707,149 @@ def _process_pool(
             max_workers=min(workers, len(specs)),
             mp_context=_context(),
             initializer=_init_worker,
-            # Pickled here once: the pool would pickle the list again for every worker it
-            # starts, one after the other (0.1 s each for the shared Claude Code corpus).
-            initargs=(pickle.dumps(list(traces), protocol=pickle.HIGHEST_PROTOCOL), options, out),
+            initargs=(_pickled(traces), options, out),
         )
         try:
-            futures: dict[Future[CellOutput], PolicySpec] = {
-                pool.submit(_run_in_worker, spec): spec for spec in specs
-            }
-            pending = set(futures)
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in sorted(finished, key=lambda f: _order(futures[f])):
-                    try:
-                        yield future.result()
-                    except Exception as exc:
-                        raise SweepError(_cell_failure(futures[future], exc)) from exc
+            yield from _results(pool, {pool.submit(_run_in_worker, s): s for s in specs})
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
     return run
+
+
+#: Pickled bytes of traces sent to the started workers at a time (`StartedPool.feed`). Sent
+#: one by one (178 messages per worker for the shared Claude Code corpus, 4 MB pickled),
+#: the queues' threads took the interpreter lock from the loading 356 times: loading the
+#: corpus from a warm cache while feeding a 2-worker pool took 0.15-0.3 s more CPU than
+#: without (3 rounds each, interleaved); in batches of 1 MiB, 0.0-0.05 s more. The workers
+#: still unpickle all but the last batch while the rest loads (the last, a few ms, after
+#: `give`).
+FEED_BATCH = 1 << 20
+
+
+class StartedPool:
+    """A process pool started before the sweep's traces are loaded, for the cells `specs`.
+
+    Issue 16: handing the workers the traces after they were all loaded, the pool then
+    forking each worker from the fork server and each unpickling the whole list, took
+    0.07-0.11 s from the manifest to the first cell and 0.09-0.17 s to the second
+    worker's (`ctxsim sweep` of the shared Claude Code corpus, 2 workers, timestamps
+    around the phases; load 0.3-1; medians of 4 rounds at load 2.4: 0.10 and 0.17 s);
+    started here, 0.02 and 0.025 s (the same 4 rounds, interleaved). Here a
+    thread hands the cells to the pool, which forks the workers as soon as the fork server
+    is ready, while the caller loads the traces; each trace is fed to every worker as it
+    is loaded (`feed`, pickled once) and unpickled there while the next loads; `give`
+    names the sweep's traces once the manifest is written (`run_sweep`), so no cell is
+    computed before that, and the workers start at once. `close` ends the pool whether or
+    not the traces were given."""
+
+    def __init__(
+        self,
+        specs: Sequence[PolicySpec],
+        options: service.RunSettings,
+        workers: int,
+        out: Path | None,
+    ) -> None:
+        self.specs = list(specs)
+        self.options = options
+        self._count = max(1, min(workers or default_workers(), len(self.specs)))
+        context = _context()
+        # One feed per worker (each must read every trace), claimed by number.
+        self._claims: Any = context.Queue()
+        self._feeds: list[Any] = [context.Queue() for _ in range(self._count)]
+        for number in range(self._count):
+            self._claims.put(number)
+        for queue in (self._claims, *self._feeds):
+            # A worker that died never reads its feed: the interpreter's exit must not
+            # wait for the queue's thread to write it.
+            queue.cancel_join_thread()
+        self._pool = ProcessPoolExecutor(
+            max_workers=self._count,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=((self._claims, self._feeds), options, out),
+        )
+        self._fed: dict[int, tuple[int, Trace]] = {}  # id(trace) -> (number, trace)
+        self._batch: list[tuple[int, bytes]] = []
+        self._batch_bytes = 0
+        self._futures: dict[Future[CellOutput], PolicySpec] = {}
+        self._failed: BaseException | None = None
+        self._given = False
+        self._closed = False
+        # Submitting forks the workers, and a fork waits for the fork server's imports.
+        self._submitter = threading.Thread(target=self._submit, daemon=True)
+        self._submitter.start()
+
+    def _submit(self) -> None:
+        try:
+            for spec in self.specs:
+                self._futures[self._pool.submit(_run_in_worker, spec)] = spec
+        except BaseException as exc:  # handed to the caller by `results`
+            self._failed = exc
+
+    def feed(self, trace: Trace) -> None:
+        """Send every worker one loaded trace now (each trace once)."""
+        if id(trace) in self._fed or self._given:
+            return
+        number = len(self._fed)
+        self._fed[id(trace)] = (number, trace)  # held, so that its id stays its own
+        data = pickle.dumps(trace, protocol=pickle.HIGHEST_PROTOCOL)
+        self._batch.append((number, data))
+        self._batch_bytes += len(data)
+        if self._batch_bytes >= FEED_BATCH:
+            self._send_batch()
+
+    def _send_batch(self) -> None:
+        if self._batch:
+            for queue in self._feeds:
+                queue.put(("traces", self._batch))
+        self._batch, self._batch_bytes = [], 0
+
+    def give(self, traces: NamedTraces) -> None:
+        """The sweep's traces, in order: those not fed yet are sent now, then the list."""
+        if self._given:
+            return
+        for _, trace in traces:
+            self.feed(trace)
+        self._send_batch()
+        names = [(name, self._fed[id(trace)][0]) for name, trace in traces]
+        for queue in self._feeds:
+            queue.put(("go", names))
+        self._given = True
+
+    def results(self) -> Iterator[CellOutput]:
+        """Each cell's output as it finishes; the pool is closed at the end."""
+        try:
+            self._submitter.join()
+            if self._failed is not None:
+                raise SweepError(f"the worker pool failed to start: {self._failed}")
+            yield from _results(self._pool, self._futures)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the pool: workers still waiting for traces are told to stop."""
+        if self._closed:
+            return
+        self._closed = True
+        self._submitter.join()
+        if not self._given:
+            for queue in self._feeds:
+                queue.put(None)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for queue in (self._claims, *self._feeds):
+            queue.close()
+        self._fed.clear()
+
+
+def start_pool(
+    specs: Sequence[PolicySpec],
+    options: service.RunSettings,
+    workers: int = 0,
+    out: Path | None = None,
+) -> StartedPool:
+    """A local process pool for `specs`, started now (see `StartedPool`)."""
+    return StartedPool(specs, options, workers, out)
 
 
 def _order(spec: PolicySpec) -> tuple[str, str]:
@@ -963,33 +1136,49 @@ def run_sweep(
     workers: int = 0,
     address: str | None = None,
     progress: Callable[[Progress], None] | None = None,
+    started: StartedPool | None = None,
 ) -> SweepResult:
     """Replay every cell not finished yet into `out`; resumable at any point.
 
     The manifest is written first (a killed sweep still says what it was), each cell's
     file as soon as it is computed, and the manifest again at the end with the files'
-    digests.
+    digests. `started`: a pool started for the cells left to compute (`start_pool`),
+    handed the traces once the manifest is written; closed here in any case.
     """
-    manifest = plan_manifest(out, cells, config, settings)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / MANIFEST_FILE, json_bytes(manifest))
-    result = SweepResult(cells=len(cells), skipped=0, removed_leftovers=remove_leftovers(out))
-    todo = [c for c in cells if not is_complete(out / c.path)]
-    result.skipped = len(cells) - len(todo)
-    by_key = {c.key: c for c in todo}
-    run = executor(
-        executor_name,
-        settings.traces,
-        settings.run_settings,
-        workers=workers,
-        address=address,
-        out=out,
-    )
+    try:
+        manifest = plan_manifest(out, cells, config, settings)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / MANIFEST_FILE, json_bytes(manifest))
+        result = SweepResult(cells=len(cells), skipped=0, removed_leftovers=remove_leftovers(out))
+        todo = [c for c in cells if not is_complete(out / c.path)]
+        result.skipped = len(cells) - len(todo)
+        by_key = {c.key: c for c in todo}
+        if started is not None and (
+            started.specs != [c.spec for c in todo] or started.options != settings.run_settings
+        ):
+            raise SweepError("the started pool was started for other cells or settings")
+    except BaseException:
+        if started is not None:
+            started.close()
+        raise
+    if started is not None:
+        started.give(settings.traces)
+        outputs = started.results()
+    else:
+        run = executor(
+            executor_name,
+            settings.traces,
+            settings.run_settings,
+            workers=workers,
+            address=address,
+            out=out,
+        )
+        outputs = run([c.spec for c in todo])
     start = time.perf_counter()
     if progress is not None:
         progress(Progress(len(cells), result.skipped, 0, 0.0))
     computed: dict[tuple[str, str], CellOutput] = {}
-    for output in run([c.spec for c in todo]):
+    for output in outputs:
         if not output.written:
             atomic_write(out / by_key[output.key].path, output.data)
         computed[output.key] = output

@@ -6,8 +6,9 @@ cells), every cell replaying all the Claude Code traces of ../shared/traces with
 proxies. A round is `ctxsim sweep ... --no-charts` in a fresh process into a fresh
 directory, as a user pays it: the interpreter and its imports, loading the traces from a
 warm compile cache, starting the pool (the fork server, started before the command's own
-imports: simulator/app/cli_sweep.py `_fork_server_now`, and the workers, each handed the
-traces once), every cell replayed, written, digested and summed by its worker, the
+imports: simulator/app/cli_sweep.py `_fork_server_now`, and the workers, forked while the
+traces load and fed each trace as it is decoded: simulator/app/sweep.py `StartedPool`),
+every cell replayed, written, digested and summed by its worker, the
 manifest, the cells table, the printed summary and the interpreter's exit. Only the
 compile cache is warmed beforehand (one import of the corpus).
 

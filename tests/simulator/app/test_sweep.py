@@ -266,6 +266,73 @@ def test_a_fork_server_started_early_serves_the_pool(tmp_path: Path, samples) ->
     assert digests(tmp_path / "early") == digests(tmp_path / "serial")
 
 
+def _children() -> list[Any]:
+    import multiprocessing
+
+    return [p for p in multiprocessing.active_children() if p.name.startswith("ForkServer")]
+
+
+def test_a_pool_started_before_its_traces_writes_the_serial_bytes(tmp_path: Path, samples) -> None:
+    """`ctxsim sweep` starts the pool before it loads the traces and feeds each trace as it
+    is decoded (issue 16, `StartedPool`): fed out of order, twice, or only in part, the
+    workers replay exactly the sweep's list of traces, and the files are the serial ones."""
+    config = small_config()
+    cells = sw.build_cells(config)
+    settings = sw.SweepSettings(samples)
+    sw.run_sweep(tmp_path / "serial", cells, config, settings, executor_name="serial")
+    for workers in (1, 2):
+        started = sw.start_pool([c.spec for c in cells], settings.run_settings, workers)
+        for _, trace in reversed(samples[1:]):  # the first never fed: `give` sends it
+            started.feed(trace)
+            started.feed(trace)  # once only
+        out = tmp_path / f"started-{workers}"
+        result = sw.run_sweep(out, cells, config, settings, started=started)
+        assert result.computed == len(cells)
+        assert 1 <= len(result.peak_rss) <= workers and os.getpid() not in result.peak_rss
+        assert digests(out) == digests(tmp_path / "serial")
+
+
+def test_a_started_pool_stops_whenever_the_sweep_stops(tmp_path: Path, samples) -> None:
+    """Closed before its traces came (bad input while loading, Ctrl-C), or handed to a
+    sweep it was not started for, a started pool ends its waiting workers and nothing is
+    computed."""
+    config = small_config()
+    cells = sw.build_cells(config)
+    settings = sw.SweepSettings(samples)
+    specs = [c.spec for c in cells]
+    started = sw.start_pool(specs, settings.run_settings, 2, tmp_path / "never")
+    started.feed(samples[0][1])
+    started.close()
+    started.close()  # a second close does nothing
+    assert not _children()
+    assert not (tmp_path / "never").exists()
+    for other_specs, other_settings in [
+        (specs[:1], settings.run_settings),
+        (specs, sw.run_settings(1, "auto", False)),
+    ]:
+        other = sw.start_pool(other_specs, other_settings, 2)
+        with pytest.raises(sw.SweepError, match="other cells or settings"):
+            sw.run_sweep(tmp_path / "other", cells, config, settings, started=other)
+        assert not _children()
+    assert not list((tmp_path / "other").rglob("*.parquet"))
+
+
+def test_a_sweep_that_fails_while_loading_stops_its_workers(tmp_path: Path) -> None:
+    """A damaged line under --strict stops `ctxsim sweep` while its started workers wait
+    for the traces: one error line, exit 2, no worker left and no cell computed."""
+    src = tmp_path / "in"
+    src.mkdir()
+    bad = Path(__file__).parents[2] / "fixtures" / "bad" / "invalid_json.jsonl"
+    (src / "s.jsonl").write_bytes(bad.read_bytes())
+    out = tmp_path / "o"
+    result = sweep_cli(src, "--strict", "--grid", f"{BUFFER}=1000,2000", "--out", out)
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and result.output.startswith("error: ")
+    assert "invalid JSON" in result.output
+    assert not _children()
+    assert not out.exists()
+
+
 def test_duckdb_reads_the_dataset_as_it_is(tmp_path: Path, samples) -> None:
     duckdb = pytest.importorskip("duckdb")
     config = small_config()
