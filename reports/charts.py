@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import polars as pl
 
+from simulator.workers import end_with_parent
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.backends.backend_agg import RendererAgg
@@ -1213,7 +1215,11 @@ class ChartPool:
 
     def __init__(self, workers: int = 0) -> None:
         self.workers = workers if workers > 0 else _cores()
-        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_context())
+        self._pool = ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=_context(),
+            initializer=end_with_parent,  # never outlive this process (simulator/workers.py)
+        )
         # Starting a worker waits for the fork server to have imported PRELOAD (1.0-1.4 s,
         # measured in `ctxsim run`): a thread waits for it, the replay goes on.
         self._starting = threading.Thread(target=self._start, daemon=True)

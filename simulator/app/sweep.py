@@ -95,6 +95,7 @@ from simulator.model import Trace
 from simulator.policy import Policy, PolicyError, PolicySpec
 from simulator.replay import default_prices
 from simulator.variants import Variant, build_variant, load_variant
+from simulator.workers import end_with_parent
 
 MANIFEST_FILE = "sweep.json"
 CELLS_FILE = "cells.parquet"
@@ -573,6 +574,7 @@ def _init_worker(traces: bytes | Any, options: service.RunSettings, out: Path | 
     once by the parent for all workers: as an argument (`_process_pool`), or, for a pool
     started before they were loaded, trace by trace from a feed (`StartedPool`)."""
     global _WORKER
+    end_with_parent()  # never outlive the sweep (simulator/workers.py)
     data = pickle.loads(traces) if isinstance(traces, bytes) else _received(*traces)
     # Stopped before the traces came: no worker, and every cell handed to this process
     # fails at once (an initializer that raised would print its traceback).

@@ -138,3 +138,49 @@ def test_a_directory_of_the_old_layout_is_refused(tmp_path: Path, count: int) ->
     config = sw.SweepConfig(policies=("none",))
     with pytest.raises(sw.SweepError, match="older layout"):
         sw.plan_manifest(tmp_path, sw.build_cells(config), config, sw.SweepSettings([]))
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (Linux /proc; zombies are not live)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while it was read
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_workers_end_with_a_sweep_killed_outright(tmp_path: Path) -> None:
+    """SIGKILL to the sweep process alone (not its group: as the OOM killer does): its
+    workers and fork server end too, instead of waiting on their queues for good."""
+    env = {**os.environ, "CTXSIM_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "out"
+    command = [str(CTXSIM), "sweep", str(SAMPLES), *NEW, "--workers", "2", "--out", str(out)]
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(list(out.glob(f"{sw.DATA_DIR}/*/*.parquet"))) >= 2:  # the workers run
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        assert len(_group(proc.pid)) >= 3, "the sweep should have started its workers"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while _group(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _group(proc.pid) == [], "processes of the killed sweep are still running"
+    finally:
+        for pid in _group(proc.pid):
+            os.kill(pid, signal.SIGKILL)
