@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import polars as pl
 
-from simulator.workers import end_with_parent
+from simulator.workers import start_fork_server, worker_start
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -1215,10 +1215,12 @@ class ChartPool:
 
     def __init__(self, workers: int = 0) -> None:
         self.workers = workers if workers > 0 else _cores()
+        context = _context()
+        start_fork_server(context)  # deaf to Ctrl-C while it imports (simulator/workers.py)
         self._pool = ProcessPoolExecutor(
             max_workers=self.workers,
-            mp_context=_context(),
-            initializer=end_with_parent,  # never outlive this process (simulator/workers.py)
+            mp_context=context,
+            initializer=worker_start,  # Ctrl-C as usual, and never outlive this process
         )
         # Starting a worker waits for the fork server to have imported PRELOAD (1.0-1.4 s,
         # measured in `ctxsim run`): a thread waits for it, the replay goes on.

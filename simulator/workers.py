@@ -1,4 +1,5 @@
-"""What every worker process ctxsim starts does first: end with the process that asked for it.
+"""How ctxsim's worker processes start: their fork server deaf to Ctrl-C while it imports,
+and each worker ending with the process that asked for it.
 
 Sweeps (simulator/app/sweep.py) and chart drawing (reports/charts.py `ChartPool`) run
 process pools whose workers are the fork server's children, blocked on their queues while
@@ -10,13 +11,48 @@ multiprocessing hands each child a sentinel of the process that asked for it
 (`multiprocessing.parent_process()`: the driver, not the fork server), ready once that
 process has exited; a daemon thread waits on it and ends the worker. The fork server and
 the resource tracker end by themselves once no worker holds them.
+
+Ctrl-C goes to the whole foreground process group, the fork server included. The fork
+server ignores SIGINT only once it has imported its preload (CPython multiprocessing/
+forkserver.py `main`): a Ctrl-C in the first second of a sweep printed its
+KeyboardInterrupt traceback from the middle of an import, and the command ended with exit
+status 1 (seen here: interrupted 0.3 and 0.8 s after the start). So the fork server is
+started with SIGINT ignored, which it keeps through its imports, and each worker takes
+Ctrl-C back as any Python process has it (`worker_start`), as the workers had it before.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
+from multiprocessing.context import BaseContext
+
+
+def start_fork_server(context: BaseContext) -> None:
+    """Start `context`'s fork server now, with Ctrl-C ignored while it starts (nothing for
+    another start method, or where one is running; from another thread than the main one,
+    which alone may change a signal's handling, it starts as multiprocessing starts it)."""
+    if context.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def worker_start() -> None:
+    """A pool's initializer: Ctrl-C raises KeyboardInterrupt here again (the fork server,
+    started deaf to it, hands that on), and the worker ends with its parent."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    end_with_parent()
 
 
 def end_with_parent() -> None:

@@ -128,15 +128,17 @@ def _fork_server_now(executor: str, out: Path) -> None:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return
     from importlib.metadata import entry_points
-    from multiprocessing import forkserver
+
+    from simulator.workers import start_fork_server
 
     # As simulator/app/sweep.py `_preload`, which the pool sets again, and the CLI: each
     # worker imports the main module again (`ctxsim` imports simulator/app/cli.py, 0.04 s).
     # The price table too: the engine imports it at its first price (simulator/pricing.py).
     modules = ["simulator.app.sweep", "simulator.replay", "simulator.app.cli", "genai_prices.data"]
     modules += sorted({ep.module for ep in entry_points(group=POLICY_GROUP)})
-    multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
-    forkserver.ensure_running()
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(modules)
+    start_fork_server(context)
 
 
 def _mib(n: int) -> str:

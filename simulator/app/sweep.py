@@ -95,7 +95,7 @@ from simulator.model import Trace
 from simulator.policy import Policy, PolicyError, PolicySpec
 from simulator.replay import default_prices
 from simulator.variants import Variant, build_variant, load_variant
-from simulator.workers import end_with_parent
+from simulator.workers import start_fork_server, worker_start
 
 MANIFEST_FILE = "sweep.json"
 CELLS_FILE = "cells.parquet"
@@ -574,7 +574,7 @@ def _init_worker(traces: bytes | Any, options: service.RunSettings, out: Path | 
     once by the parent for all workers: as an argument (`_process_pool`), or, for a pool
     started before they were loaded, trace by trace from a feed (`StartedPool`)."""
     global _WORKER
-    end_with_parent()  # never outlive the sweep (simulator/workers.py)
+    worker_start()  # Ctrl-C as usual, and never outlive the sweep (simulator/workers.py)
     data = pickle.loads(traces) if isinstance(traces, bytes) else _received(*traces)
     # Stopped before the traces came: no worker, and every cell handed to this process
     # fails at once (an initializer that raised would print its traceback).
@@ -652,10 +652,7 @@ def prestart(executor_name: str = "process") -> None:
     is no fork server."""
     if executor_name != "process":
         return
-    if _context().get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
+    start_fork_server(_context())
 
 
 def default_workers() -> int:
@@ -705,9 +702,11 @@ def _process_pool(
     def run(specs: list[PolicySpec]) -> Iterator[CellOutput]:
         if not specs:
             return
+        context = _context()
+        start_fork_server(context)  # deaf to Ctrl-C while it imports (simulator/workers.py)
         pool = ProcessPoolExecutor(
             max_workers=min(workers, len(specs)),
-            mp_context=_context(),
+            mp_context=context,
             initializer=_init_worker,
             initargs=(_pickled(traces), options, out),
         )
@@ -756,6 +755,7 @@ class StartedPool:
         self.options = options
         self._count = max(1, min(workers or default_workers(), len(self.specs)))
         context = _context()
+        start_fork_server(context)  # deaf to Ctrl-C while it imports (simulator/workers.py)
         # One feed per worker (each must read every trace), claimed by number.
         self._claims: Any = context.Queue()
         self._feeds: list[Any] = [context.Queue() for _ in range(self._count)]
