@@ -25,6 +25,7 @@ from simulator.model import Flag, Session
 from simulator.policy import Call
 from simulator.view import NO_BLOCK, View
 from tests.simulator.test_replay_properties import sessions
+from tests.support.sessions import hand_session
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REQUEST = Call("request", "request", [], 0)
@@ -193,7 +194,7 @@ def test_a_run_looks_at_its_relevant_blocks_only() -> None:
 
 def _hand_session(tokens: list[int], human: list[int]) -> Session:
     """A session of one request per block, the blocks `human` written by the human."""
-    from simulator.model import NEVER, Kind, Role, block_columns, request_columns
+    from simulator.model import NEVER, Kind, Role
 
     m = len(tokens)
     flags = np.zeros(m, np.uint8)
@@ -228,14 +229,4 @@ def _hand_session(tokens: list[int], human: list[int]) -> Session:
         "output": np.zeros(2),
         "output_recorded": np.zeros(2),
     }
-    return Session(
-        id="hand",
-        kind="main",
-        parent=-1,
-        client="ctxsim-test",
-        prefix_tokens=0,
-        tools=[],
-        models=["claude-sonnet-4-5-20250929"],
-        blocks=block_columns({k: np.asarray(v) for k, v in blocks.items()}),
-        requests=request_columns({k: np.asarray(v) for k, v in requests.items()}),
-    )
+    return hand_session(blocks, requests, "claude-sonnet-4-5-20250929")

@@ -33,6 +33,7 @@ from simulator.model import request_columns as make_request_columns
 from simulator.pricing import PriceBook
 from simulator.replay import ROW_SCHEMA, replay
 from tests.support import SAMPLES
+from tests.support.sessions import hand_session
 
 #: Sonnet 4.5 (Anthropic, minimum 1,024), Opus 4.5 (Anthropic, minimum 4,096), GPT-5
 #: (automatic cache): all priced by genai-prices, so every cost column is filled.
@@ -249,17 +250,7 @@ def _hand_session(blocks: list[tuple[int, int, int, int, int, int]], n: int) -> 
         "output": np.full(n, 10),
         "output_recorded": np.full(n, 10),
     }
-    return Session(
-        id="hand",
-        kind="main",
-        parent=-1,
-        client="ctxsim-test",
-        prefix_tokens=0,
-        tools=[],
-        models=[MODELS[0]],
-        blocks=block_columns({k: np.asarray(v) for k, v in columns.items()}),
-        requests=make_request_columns({k: np.asarray(v) for k, v in requests.items()}),
-    )
+    return hand_session(columns, requests, MODELS[0])
 
 
 def _usage(session: Session) -> list[tuple[int, int, int, int, int]]:

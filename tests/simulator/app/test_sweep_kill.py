@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -48,17 +49,23 @@ def run(args: list[str], out: Path, env: dict[str, str]) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def kill_when(args: list[str], out: Path, env: dict[str, str], event: Callable[[], bool]) -> bool:
-    """Start the sweep, SIGKILL its whole process group once `event()` holds; False when
-    the sweep ended first."""
+def start(args: list[str], out: Path, env: dict[str, str], stderr: int = subprocess.DEVNULL) -> Any:
+    """The sweep of the samples on 2 workers, in a session (process group) of its own."""
     command = [str(CTXSIM), "sweep", str(SAMPLES), *args, "--workers", "2", "--out", str(out)]
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         command,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
+        text=True,
         start_new_session=True,
     )
+
+
+def kill_when(args: list[str], out: Path, env: dict[str, str], event: Callable[[], bool]) -> bool:
+    """Start the sweep, SIGKILL its whole process group once `event()` holds; False when
+    the sweep ended first."""
+    proc = start(args, out, env)
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -140,6 +147,18 @@ def test_a_directory_of_the_old_layout_is_refused(tmp_path: Path, count: int) ->
         sw.plan_manifest(tmp_path, sw.build_cells(config), config, sw.SweepSettings([]))
 
 
+def _ended(pgid: int, seconds: float = 30) -> list[int]:
+    """Wait up to `seconds` for every process of group `pgid` to end; those left (killed
+    then, so that no test leaves one behind)."""
+    deadline = time.monotonic() + seconds
+    while _group(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _group(pgid)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
 def _group(pgid: int) -> list[int]:
     """The live processes of process group `pgid` (Linux /proc; zombies are not live)."""
     found = []
@@ -159,14 +178,7 @@ def test_workers_end_with_a_sweep_killed_outright(tmp_path: Path) -> None:
     workers and fork server end too, instead of waiting on their queues for good."""
     env = {**os.environ, "CTXSIM_CACHE_DIR": str(tmp_path / "cache")}
     out = tmp_path / "out"
-    command = [str(CTXSIM), "sweep", str(SAMPLES), *NEW, "--workers", "2", "--out", str(out)]
-    proc = subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start(NEW, out, env)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
@@ -177,13 +189,9 @@ def test_workers_end_with_a_sweep_killed_outright(tmp_path: Path) -> None:
         assert len(_group(proc.pid)) >= 3, "the sweep should have started its workers"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-        deadline = time.monotonic() + 30
-        while _group(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _group(proc.pid) == [], "processes of the killed sweep are still running"
     finally:
-        for pid in _group(proc.pid):
-            os.kill(pid, signal.SIGKILL)
+        left = _ended(proc.pid)
+    assert left == [], "processes of the killed sweep were still running"
 
 
 def _cmdline(pid: int) -> str:
@@ -215,16 +223,7 @@ def test_ctrl_c_while_the_fork_server_imports_prints_no_traceback(tmp_path: Path
     memory half grown; before, the signal would end a bare interpreter silently): one line
     and an exit, no traceback from it, and nothing left running."""
     env = {**os.environ, "CTXSIM_CACHE_DIR": str(tmp_path / "cache")}
-    out = tmp_path / "out"
-    command = [str(CTXSIM), "sweep", str(SAMPLES), *NEW, "--workers", "2", "--out", str(out)]
-    proc = subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start(NEW, tmp_path / "out", env, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
         server = 0
@@ -239,10 +238,6 @@ def test_ctrl_c_while_the_fork_server_imports_prints_no_traceback(tmp_path: Path
         _, err = proc.communicate(timeout=60)
         assert proc.returncode in (1, 130), err
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-        deadline = time.monotonic() + 30
-        while _group(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _group(proc.pid) == []
     finally:
-        for pid in _group(proc.pid):
-            os.kill(pid, signal.SIGKILL)
+        left = _ended(proc.pid)
+    assert left == [], "processes of the interrupted sweep were still running"
