@@ -23,7 +23,7 @@ building it never mutates the history.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from itertools import accumulate, islice
 from typing import NamedTuple
 
@@ -98,6 +98,13 @@ class _Plan(NamedTuple):
     ids: list[int]  # first, first + 1, ...: what a call's blocks are compared with
     chains: list[int]
     cum: list[int]
+
+
+def _totals_after(before: int, tokens: Iterable[int]) -> Iterator[int]:
+    """Running token counts of items appended after a prefix of `before` tokens."""
+    running = accumulate(tokens, initial=before)
+    next(running)  # the `initial` value itself
+    return running
 
 
 def chain(previous: int, item_hash: int) -> int:
@@ -296,9 +303,7 @@ class View:
                     if total == (plan.cum[i - 1] if i else plan.base_total):
                         cum += plan.cum[i : i + n]
                     else:  # an earlier item was deleted by reference: counts moved
-                        running = accumulate(tokens[b : b + n], initial=total)
-                        next(running)
-                        cum += running
+                        cum += _totals_after(total, tokens[b : b + n])
                     return
             self._plan = None
             self._plan_size = _PLAN_MIN
@@ -341,8 +346,6 @@ class View:
         if end <= first:
             self._plan = None
             return None
-        running = accumulate(tokens[first:end], initial=base_total)
-        next(running)
         plan = self._plan = _Plan(
             hashes,
             tokens,
@@ -352,7 +355,7 @@ class View:
             base_total,
             list(range(first, end)),
             prefix_hashes(base, start, hashes[first:end]),
-            list(running),
+            list(_totals_after(base_total, tokens[first:end])),
         )
         return plan
 
@@ -365,9 +368,7 @@ class View:
         chains, cum = self.chains, self.cum
         start = len(chains)
         chains += prefix_hashes(chains[-1] if chains else self.root, start, hashes)
-        running = accumulate(tokens, initial=cum[-1] if cum else 0)
-        next(running)  # the `initial` value: the total before these items
-        cum += running
+        cum += _totals_after(cum[-1] if cum else 0, tokens)
         self.ids += ids
         self.hashes += hashes
         self.tokens += tokens
@@ -430,9 +431,7 @@ class View:
         for p in counted:
             tokens[p] = 0
         before = self.cum[first - 1] if first else 0
-        running = accumulate(islice(tokens, first, None), initial=before)
-        next(running)  # the `initial` value: the total before `first`
-        self.cum[first:] = running
+        self.cum[first:] = _totals_after(before, islice(tokens, first, None))
 
     def _keep_seen(self, position: int) -> None:
         """A change at `position`, below `changed`: the items from there to `changed` go
