@@ -411,26 +411,15 @@ class SessionLoss:
         """(human_tokens, human_verbatim_tokens, summary_tokens, stale_file_refs,
         after_compaction) of one call for request k, as the engine prices it.
 
-        The common case first and inline: the last view with items appended (its "last
-        changed" index at or past the items seen; a request adds 2 to 4 items), history
-        blocks b, b + 1, ... (one slice comparison, in C), of which only the relevant ones
-        are looked at (`relevant`: most calls append none), then a request row with no
-        file use to check and no compaction or artifact since the last one."""
+        The common case first: the last view with items appended (its "last changed"
+        index at or past the items seen; a request adds 2 to 4 items: `_append`), then a
+        request row with no file use to check and no compaction or artifact since the last
+        one."""
         n = self.n
-        view_ids = view.ids
-        total = len(view_ids)
+        total = len(view.ids)
         if view is self.last_view and view.changed >= n:
             if n < total:
-                first = view_ids[n]
-                end = first + total - n
-                if first >= 0 and view_ids[n:] == self.block_ids[first:end]:
-                    relevant = self.relevant
-                    i = bisect_left(relevant, first)
-                    if relevant[i] < end:
-                        self._add_run(view, i, first, end, n)
-                else:
-                    self._add(view, n, total)
-                    self._summarize()
+                self._append(view, n, total)
                 view.changed = self.n = total
         else:
             self._another(view, n, total)
@@ -510,7 +499,9 @@ class SessionLoss:
 
     def _append(self, view: View, n: int, total: int) -> None:
         """Put the view's items from position n to `total` (appended since the last call)
-        into the totals, as `facts` does inline."""
+        into the totals: most often history blocks b, b + 1, ... (one slice comparison, in
+        C), of which only the relevant ones are looked at (`relevant`: most calls append
+        none)."""
         view_ids = view.ids
         first = view_ids[n]
         end = first + total - n
