@@ -1074,6 +1074,27 @@ def scripted_rounds(draw: st.DrawFn) -> Trace:
     return s.trace()
 
 
+#: (class, attribute, replacement): one method swapped for the time of one replay.
+Patch = tuple[type, str, Any]
+
+
+def _assert_same_replay(
+    trace: Trace, built: Any, indexed: Patch, rescan: Patch, loss: bool = False
+) -> None:
+    """The replay with the `indexed` method (a checking wrapper of the running index) gives
+    the rows and edits of the replay with the `rescan` one (the walk it replaced)."""
+    results = []
+    for target, name, method in (indexed, rescan):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(target, name, method)
+            edits: list[Any] = []
+            frame = replay([("t", trace)], built, edits=edits, loss=loss)
+            results.append((frame, edits))
+    (rows, edits), (want_rows, want_edits) = results
+    assert rows.equals(want_rows)
+    assert edits == want_edits
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     trace=scripted_rounds(),
@@ -1113,19 +1134,12 @@ def test_the_group_index_and_snip_match_the_rescan(
         assert got == conv.groups()
         return got
 
-    results = []
-    for rescan in (False, True):
-        with pytest.MonkeyPatch.context() as mp:
-            if rescan:
-                mp.setattr(Snip, "run", snip_rescan)
-            else:
-                mp.setattr(GroupIndex, "__call__", checked)
-            edits: list[Any] = []
-            frame = replay([("t", trace)], policy.build(preset, params), edits=edits)
-            results.append((frame, edits))
-    (rows, edits), (want_rows, want_edits) = results
-    assert rows.equals(want_rows)
-    assert edits == want_edits
+    _assert_same_replay(
+        trace,
+        policy.build(preset, params),
+        (GroupIndex, "__call__", checked),
+        (Snip, "run", snip_rescan),
+    )
     if trigger == 0.001 and len(trace.sessions[0].requests) > 2:
         assert asked > 0  # snip was due at every request after the first (2,000 > 180)
 
@@ -1238,19 +1252,13 @@ def test_the_indexed_collapse_commits_the_spans_of_the_walk(
         committed += got is not None
         return got
 
-    results = []
-    for rescan in (False, True):
-        with pytest.MonkeyPatch.context() as mp:
-            if rescan:
-                mp.setattr(_State, "_collapse", collapse_rescan)
-            else:
-                mp.setattr(Collapse, "span", checked)
-            edits: list[Any] = []
-            frame = replay([("t", trace)], policy.build(NEWEST, params), edits=edits, loss=True)
-            results.append((frame, edits))
-    (rows, edits), (want_rows, want_edits) = results
-    assert rows.equals(want_rows)
-    assert edits == want_edits
+    _assert_same_replay(
+        trace,
+        policy.build(NEWEST, params),
+        (Collapse, "span", checked),
+        (_State, "_collapse", collapse_rescan),
+        loss=True,
+    )
     if commit <= 0.01 and not snip and room:
         # Due at every request (1,800 tokens of 180,000 at most), and a group to commit.
         assert committed > 0
