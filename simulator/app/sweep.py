@@ -635,26 +635,6 @@ def _context() -> multiprocessing.context.BaseContext:
     return context
 
 
-def prestart(executor_name: str = "process") -> None:
-    """Start the process pool's fork server now, so that its imports (the engine and every
-    policy: 0.6 s of CPU, 0.7-1.0 s of wall time on this 2-core machine) run beside the
-    caller's loading of the traces rather than after it.
-
-    Issue 16: a 20-cell sweep of the shared Claude Code corpus does about 12 s of cells
-    (0.45-0.6 s each) and, before any cell, about 2.3 s that no second worker shares: the
-    command's imports (0.5 s), loading the traces (0.55 s of CPU), the fork server's
-    imports, each worker's start; then 0.3 s of final manifest and cells table (now built
-    from what the workers digested and summed: `Worker`). Overlapping the fork server's
-    imports takes the largest of those off the serial path (`ctxsim sweep` starts it even
-    before its own imports for a new directory: simulator/app/cli_sweep.py
-    `_fork_server_now`; a resumed sweep, only when a cell is left; and it forks the
-    workers early too: `StartedPool`). Nothing to do for another executor or where there
-    is no fork server."""
-    if executor_name != "process":
-        return
-    start_fork_server(_context())
-
-
 def default_workers() -> int:
     """Every core this process may run on."""
     if hasattr(os, "sched_getaffinity"):

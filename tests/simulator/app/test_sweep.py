@@ -25,6 +25,7 @@ from simulator.app import sweep as sw
 from simulator.app.cli import main
 from simulator.app.cli_sweep import progress_line
 from simulator.frames import REQUEST_ORDER
+from simulator.workers import start_fork_server
 from tests.support import SAMPLES
 from traces.load import load_all, units
 
@@ -254,10 +255,8 @@ def test_a_fork_server_started_early_serves_the_pool(tmp_path: Path, samples) ->
     config = small_config()
     cells = sw.build_cells(config)
     settings = sw.SweepSettings(samples)
-    sw.prestart("serial")  # nothing to start for the other executors
-    sw.prestart("ray")
-    sw.prestart("process")
-    sw.prestart("process")  # a second call finds it running
+    start_fork_server(sw._context())
+    start_fork_server(sw._context())  # a second call finds it running
     early = sw.run_sweep(
         tmp_path / "early", cells, config, settings, executor_name="process", workers=2
     )
