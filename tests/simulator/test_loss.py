@@ -173,6 +173,35 @@ def test_a_masked_item_is_one_rewrite(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == ["one@3", "one@3"]
 
 
+def test_items_rewritten_in_place_are_one_rewrite_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Masking's request that masks two old observations (the same blocks at the same
+    positions, two of them rewritten, then new items) takes one rewrite per changed item,
+    not the search; an item of the policy's own that changes size moves the summary."""
+    history = History.__new__(History)
+    history.hashes = [11, 12, 13, 14, 15, 16]
+    history.tokens = [100, 200, 300, 400, 500, 600]
+    session = _hand_session(history.tokens, human=[1, 3])
+    tracker = SessionLoss(session, history.hashes, history.tokens)
+    view = View(1)
+    view.append(NO_BLOCK, 77, session.prefix_tokens + 50)  # 50 tokens beyond the prefix
+    view.extend_blocks([0, 1, 2, 3], history.hashes, history.tokens)
+    assert tracker.facts(0, view, REQUEST)[1:3] == (200 + 400, 50)
+    calls: list[str] = []
+    real = tracker._rewrite_one
+
+    def spy(v: View, p: int) -> None:
+        calls.append(f"one@{p}")
+        real(v, p)
+
+    monkeypatch.setattr(tracker, "_rewrite_one", spy)
+    view.truncate(0)  # re-chained from the start, as a policy's sync does
+    view.append(NO_BLOCK, 77, session.prefix_tokens + 80)
+    view.extend_items([0, 1, 2, 3], [11, 99, 13, 98], [100, 5, 300, 5])
+    view.extend_blocks([4], history.hashes, history.tokens)
+    assert tracker.facts(1, view, REQUEST)[1:3] == (0, 80)
+    assert calls == ["one@2", "one@4"]
+
+
 def test_a_run_looks_at_its_relevant_blocks_only() -> None:
     """A run of appended blocks without a human block, an artifact or a read result adds
     nothing and is not looked at; one with a human block sent rewritten adds nothing."""
