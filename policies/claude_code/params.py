@@ -100,6 +100,11 @@ PARAMS: dict[str, Param] = {
     "cache.ttl": CACHE_TTL,
     "prefix_resets": PREFIX_RESETS,
     "warm_start": WARM_START,
+    "prompt_suggestion": flag(
+        "keep the cache entry the prompt-suggestion fork writes when a turn ends, where the"
+        " recording shows one (the fork itself is not priced)",
+        "Claude Code 2.0.71+ promptSuggestion.ts, skipCacheWrite (policies/prompt_suggestion.py)",
+    ),
     # -- stage 0, the tool-result budget (policies/claude_code/budget.py) -----------------
     "budget.enabled": flag(
         "persist large tool results to disk and send a preview instead",

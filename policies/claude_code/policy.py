@@ -43,6 +43,7 @@ from policies.claude_code.params import PARAMS
 from policies.claude_code.recorded import recorded_compactions
 from policies.claude_code.settings import client_window, env_truthy, standard_window_from
 from policies.claude_code.snip import Snip
+from policies.prompt_suggestion import post_turn_writes
 from simulator.model import version_tuple
 from simulator.models import STANDARD_WINDOW
 from simulator.params import Declarations
@@ -74,6 +75,7 @@ BASE: dict[str, Any] = {
     "cache.ttl": "recorded",  # "5m", "1h" or "recorded" (each request's recorded TTL)
     "prefix_resets": True,
     "warm_start": True,
+    "prompt_suggestion": True,
     "budget.enabled": True,
     "budget.max_result_chars": 50_000,
     "budget.tool_limits": {"Bash": 30_000, "Grep": 20_000, "Read": None},
@@ -202,6 +204,18 @@ class _State(ConversationSession):
         self._marks_of: list[int] = []
         self._marks_by_ttl: dict[int, list[Breakpoint]] = {}
         self.recorded = recorded_compactions(ctx.session, p["autocompact.as_recorded_before"])
+        self.post_turn = post_turn_writes(ctx.session) if p["prompt_suggestion"] else {}
+
+    def _suggestion_write(self, k: int, out: Emitter) -> None:
+        """The prompt-suggestion fork (policies/prompt_suggestion.py) wrote the
+        conversation through the response that ended the last turn, at that response's
+        end, with the TTL of the request before: where this policy's conversation still
+        holds that response, the entry is there for request k to read (not priced: the
+        fork is not in the recording, as under as-recorded)."""
+        conv = self.conv
+        i = conv.index_of(self.post_turn[k])
+        if i is not None:
+            out.written(conv.sync(), conv.n_prefix + i, self._ts_end[k - 1], self.ttl(k - 1))
 
     def on_enter(self, blocks: list[int]) -> None:
         self.budget.on_enter(self.conv, blocks)
@@ -289,6 +303,8 @@ class _State(ConversationSession):
         warms and sends): snip and microcompact trim, then the recording's own compaction,
         collapse, or autocompact when due."""
         conv = self.conv
+        if k in self.post_turn:  # the prompt suggestion sent when the last turn ended
+            self._suggestion_write(k, out)
         ttl = self._ttl_now = self.ttl(k)
         limits = self._current = self.limits_sent if k < self.standard_from else self.limits_
         estimate = self.estimate(k)
@@ -450,6 +466,7 @@ class ClaudeCode10(ClaudeCode):
     defaults: ClassVar[dict[str, Any]] = {
         **BASE,
         "cache.ttl": "5m",
+        "prompt_suggestion": False,
         "budget.enabled": False,
         "autocompact.reserve_cap_tokens": None,
         "autocompact.threshold_fraction": 0.92,

@@ -31,7 +31,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from policies.as_recorded import KEPT_WARM_MS, post_turn_writes
+from policies.as_recorded import KEPT_WARM_MS
+from policies.prompt_suggestion import post_turn_writes
 from simulator import policy, prompt_cache
 from simulator.model import Flag, Session, Trace
 from simulator.models import facts

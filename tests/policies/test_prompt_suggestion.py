@@ -1,5 +1,5 @@
 """The prompt suggestion Claude Code sends when a turn ends writes the cache through the
-end of the response (policies/as_recorded.py `post_turn_writes`): the user's next prompt
+end of the response (policies/prompt_suggestion.py `post_turn_writes`): the user's next prompt
 reads into the previous response, which no logged request wrote.
 
 Every session: Sonnet 5 (cache minimum 1,024 tokens; entries live their TTL from a
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from policies.as_recorded import POST_TURN_SINCE, post_turn_writes
+from policies.prompt_suggestion import POST_TURN_SINCE, post_turn_writes
 from simulator import policy as registry
 from simulator.model import Flag, Kind, Role, Trace, version_tuple
 from simulator.replay import replay
@@ -56,14 +56,19 @@ def session(
     return Trace(format="claude-code", source_digest="cd" * 32, sessions=[b.finish()])
 
 
-def replayed(trace: Trace) -> pl.DataFrame:
-    """The as-recorded replay's request rows: (cache read, 5-minute writes) per request."""
-    frame = replay([("post-turn", trace)], registry.build("as-recorded"))
+def replayed(
+    trace: Trace, policy: str = "as-recorded", params: dict[str, object] | None = None
+) -> pl.DataFrame:
+    """A replay's request rows (as-recorded unless `policy` says otherwise)."""
+    frame = replay([("post-turn", trace)], registry.build(policy, params))
     return frame.filter(pl.col("kind") == "request").sort("request")
 
 
-def request_1(trace: Trace) -> tuple[int, int]:
-    row = replayed(trace).row(1, named=True)
+def request_1(
+    trace: Trace, policy: str = "as-recorded", params: dict[str, object] | None = None
+) -> tuple[int, int]:
+    """Request 1's (cache read, 5-minute writes)."""
+    row = replayed(trace, policy, params).row(1, named=True)
     return row["cache_read"], row["cache_write_5m"]
 
 
@@ -108,3 +113,18 @@ def test_no_post_turn_entry_within_a_turn_or_without_the_read() -> None:
     assert post_turn_writes(session(6_050).sessions[0]) == {}
     assert post_turn_writes(session(6_700).sessions[0]) == {}
     assert request_1(session(6_000)) == (6_000, 1_000)
+
+
+def test_the_claude_code_pipeline_keeps_the_suggestions_entry() -> None:
+    """The client sends the suggestion whatever its context policy: the claude-code
+    pipeline (each session's own version's preset) reads the response too, unless
+    `prompt_suggestion` is off; claude-code@1.0 predates the feature."""
+    trace = session(6_200)
+    assert request_1(trace, "claude-code") == (6_200, 800)
+    assert request_1(trace, "claude-code@latest") == (6_200, 800)
+    assert request_1(trace, "claude-code", {"prompt_suggestion": False}) == (6_000, 1_000)
+    assert request_1(trace, "claude-code@1.0") == (6_000, 1_000)
+    # No read into the response recorded: no entry, as under as-recorded.
+    assert request_1(session(6_000), "claude-code") == (6_000, 1_000)
+    # Not priced: the policy sends what it sent before, and nothing more.
+    assert replayed(trace, "claude-code").height == 2

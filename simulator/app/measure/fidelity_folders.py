@@ -2,6 +2,9 @@
 
 Run: ``.venv/bin/python -m simulator.app.measure.fidelity_folders ../shared/traces/claude-code``
 (or ``../shared/traces/codex``); ``--lenient`` is implied, as for every real corpus.
+``--policy NAME`` replays under another policy than ``as-recorded`` (``claude-code``: how
+near a policy's baseline, the pipeline of each session's own version, comes to the
+recorded bill; the bars are the cache model's, met or not there).
 
 Each immediate subfolder of the root is one source (one contributor's sessions, as
 ../shared/traces/SOURCES.tsv lists them). The as-recorded replay runs with the shipped
@@ -69,15 +72,15 @@ def figures(per_request: pl.DataFrame) -> dict[str, float]:
     }
 
 
-def folder_rows(root: Path) -> dict[str, pl.DataFrame]:
-    """The per-request fidelity rows of every subfolder of `root`."""
+def folder_rows(root: Path, policy: str = "as-recorded") -> dict[str, pl.DataFrame]:
+    """The per-request fidelity rows of every subfolder of `root` under `policy`."""
     prices = PriceBook()
     out: dict[str, pl.DataFrame] = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         named = named_traces(load([folder], lenient=True))
         if not named:
             continue
-        frame = replay(named, registry.build("as-recorded"), prices=prices)
+        frame = replay(named, registry.build(policy), prices=prices)
         out[folder.name] = compare(frame, named, prices)
     return out
 
@@ -102,15 +105,19 @@ def table(rows: dict[str, pl.DataFrame], bars: Bars) -> str:
 
 def main(argv: list[str]) -> int:
     args = [a for a in argv if a != "--lenient"]
-    if len(args) != 1 or not Path(args[0]).is_dir():
+    policy = "as-recorded"
+    if len(args) == 3 and args[1] == "--policy":
+        policy = args.pop(2)
+        args.pop(1)
+    if len(args) != 1 or not Path(args[0]).is_dir() or policy not in registry.names():
         print(
-            "usage: python -m simulator.app.measure.fidelity_folders ROOT"
-            " (a folder of source folders)"
+            "usage: python -m simulator.app.measure.fidelity_folders ROOT [--policy NAME]"
+            " (a folder of source folders; a registered policy)"
         )
         return 2
     root = Path(args[0])
     bars = BARS["codex"] if root.name == "codex" else BARS["claude-code"]
-    print(table(folder_rows(root), bars), end="")
+    print(table(folder_rows(root, policy), bars), end="")
     return 0
 
 

@@ -3,9 +3,14 @@ figures by hand."""
 
 from __future__ import annotations
 
-import polars as pl
+import shutil
+from pathlib import Path
 
-from simulator.app.measure.fidelity_folders import BARS, figures, table
+import polars as pl
+import pytest
+
+from simulator.app.measure.fidelity_folders import BARS, figures, main, table
+from tests.support import SAMPLES
 
 
 def _rows(session: str, matched: list[bool], rec: list[float], sim: list[float]) -> pl.DataFrame:
@@ -55,3 +60,20 @@ def test_table_has_a_line_per_folder_and_all() -> None:
     lines = table(rows, BARS["claude-code"]).splitlines()
     assert [line.split()[0] for line in lines[1:]] == ["x", "y", "all"]
     assert lines[1].endswith("met") and lines[2].endswith("short") and lines[3].endswith("short")
+
+
+def test_a_policy_other_than_as_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--policy` replays every folder under that policy; an unknown one is a usage
+    error, not a traceback."""
+    folder = tmp_path / "root" / "samples"
+    shutil.copytree(SAMPLES, folder, ignore=shutil.ignore_patterns("*.py", "*.md"))
+    assert main([str(tmp_path / "root")]) == 0
+    recorded = capsys.readouterr().out.splitlines()
+    assert main([str(tmp_path / "root"), "--policy", "claude-code@1.0"]) == 0
+    policy = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in policy] == ["folder", "samples", "all"]
+    assert policy[1] != recorded[1]  # a 1.0 pipeline is not the recording
+    assert main([str(tmp_path / "root"), "--policy", "no-such-policy"]) == 2
+    assert capsys.readouterr().out.startswith("usage:")
