@@ -243,13 +243,20 @@ def _note_others(others: list[str]) -> None:
 
 class _Main(click.Group):
     """The command group: an output that cannot be written (simulator/app/files.py
-    OutputError, from any command) is one error line and exit 2, never a traceback."""
+    OutputError, from any command) is one error line and exit 2, never a traceback; Ctrl-C
+    in any command is one line and exit 130 (128 + SIGINT, what a shell reports for it),
+    wherever it lands: click's own "Aborted!" exits 1, so a sweep interrupted while its
+    traces loaded exited 1 and one interrupted in its loop 130. Outputs are written whole
+    or not at all (simulator/app/files.py), so nothing half-written is left."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             result = super().invoke(ctx)
         except OutputError as exc:
             _fail(str(exc))
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
         # At the interpreter's exit, before it tears the modules down: the teardown runs the
         # cyclic garbage collector over every object of the engine and the traces, several
         # times (0.1-0.3 s after importing the engine alone, more with the traces loaded;

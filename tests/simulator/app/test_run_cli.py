@@ -21,6 +21,7 @@ from click.testing import CliRunner, Result
 
 from policies.as_recorded import AsRecorded
 from simulator import policy as registry
+from simulator.app import cli
 from simulator.app.cli import main, parse_param
 from tests.support import SAMPLES
 from tests.support.tiny import SONNET, T0, tiny_trace
@@ -293,3 +294,20 @@ def test_outputs_hold_no_message_text(tmp_path: Path) -> None:
     vocabulary |= {manifest[k] for k in ("cache_rules", "model_facts", "replay_code")}  # digests
     leftover = strings - allowed - digests - vocabulary
     assert all(s.isidentifier() or s.endswith(".parquet") for s in leftover), leftover
+
+
+def test_ctrl_c_in_a_command_is_one_line_and_exit_130(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wherever a command is when Ctrl-C lands (here: loading its traces), the exit is
+    130 with one line, not click's "Aborted!" and 1, and nothing is written."""
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_loaded", interrupted)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(tiny), "--out", str(out), "--no-report"])
+    assert result.exit_code == 130
+    assert result.output.strip() == "interrupted"
+    assert not out.exists()
