@@ -44,7 +44,7 @@ from policies.claude_code.recorded import recorded_compactions
 from policies.claude_code.settings import client_window, env_truthy, standard_window_from
 from policies.claude_code.snip import Snip
 from policies.prompt_suggestion import post_turn_writes
-from simulator.model import version_tuple
+from simulator.model import Kind, version_tuple
 from simulator.models import STANDARD_WINDOW
 from simulator.params import Declarations
 from simulator.policy import (
@@ -57,7 +57,7 @@ from simulator.policy import (
     register,
 )
 from simulator.policy import Limits as StatedLimits
-from simulator.view import Breakpoint, View, chain
+from simulator.view import ANTHROPIC_LOOKBACK, MAX_BREAKPOINTS, Breakpoint, View, chain
 
 COMPACTABLE_TOOLS = [
     "Read",
@@ -205,6 +205,9 @@ class _State(ConversationSession):
         self._marks_by_ttl: dict[int, list[Breakpoint]] = {}
         self.recorded = recorded_compactions(ctx.session, p["autocompact.as_recorded_before"])
         self.post_turn = post_turn_writes(ctx.session) if p["prompt_suggestion"] else {}
+        self._roles: list[int] = ctx.session.blocks["role"].tolist()
+        #: The item the previous request's final message marker was on (`breakpoints`).
+        self._final_mark: int | None = None
 
     def _suggestion_write(self, k: int, out: Emitter) -> None:
         """The prompt-suggestion fork (policies/prompt_suggestion.py) wrote the
@@ -277,15 +280,55 @@ class _State(ConversationSession):
 
     def breakpoints(self, view: View, ttl: int, *, fork: bool = False) -> list[Breakpoint]:
         """System markers, then one message marker on the last item (a fork such as the
-        summary request marks the second-to-last: it reads the prefix, writes no tail).
-        Unlike the base rule, the last item is marked even when it is in the prefix."""
+        summary request marks the second-to-last: it reads the prefix, writes no tail),
+        and on the message before it where the last one's lookback cannot reach what the
+        previous request wrote (`_previous_message_mark`). Unlike the base rule, the last
+        item is marked even when it is in the prefix."""
         last = len(view.ids) - (2 if fork else 1)
         marks = self._system_marks(ttl)
         if marks and marks[-1].position > last:
             marks = [m for m in marks if m.position <= last]
         if last >= 0 and (not marks or marks[-1].position < last):
-            return [*marks, Breakpoint(last, ttl)]
+            if fork:
+                return [*marks, Breakpoint(last, ttl)]
+            before = self._previous_message_mark(last)
+            self._final_mark = (
+                self.conv.items[last - self.conv.n_prefix] if (last >= self.conv.n_prefix) else None
+            )
+            if before < 0:
+                return [*marks, Breakpoint(last, ttl)]
+            kept = marks[-(MAX_BREAKPOINTS - 2) :]
+            return [*kept, Breakpoint(before, ttl), Breakpoint(last, ttl)]
         return list(marks)
+
+    def _previous_message_mark(self, last: int) -> int:
+        """The view position of the last block of the message before the last one, where
+        a marker there changes what this request reads, else -1: Claude Code marks the last
+        two messages (policies/as_recorded.py `_previous_message_mark` has the source and
+        the evidence), so a turn that adds more blocks than the lookback
+        (simulator/view.py ANTHROPIC_LOOKBACK) still reads the previous request's entry
+        through the assistant message's marker (promptgrimoire request 229 of
+        ../shared/traces/claude-code, 24 blocks: under one marker this pipeline read only
+        the 36k prefix of its 143k). Placed, as there, only where the final marker's
+        lookback misses the previous request's final marker or the prefix was re-chained
+        onto an older thinking mode's entries; elsewhere it would only write what the final
+        one writes too (and take the place of a prefix marker: the API allows 4)."""
+        conv = self.conv
+        n = conv.n_prefix
+        previous = self._final_mark
+        at = conv.index_of(previous) if previous is not None else None
+        if not conv.prefix.restored and (at is None or last - (n + at) <= ANTHROPIC_LOOKBACK):
+            return -1
+        items, roles, kinds = conv.items, self._roles, conv.kinds
+        q = last - n
+        if q < 0 or items[q] < 0:
+            return -1
+        role = roles[items[q]]
+        while q >= 0 and items[q] >= 0 and roles[items[q]] == role:
+            q -= 1
+        if q < 0 or items[q] < 0 or kinds[items[q]] == Kind.THINKING:
+            return -1
+        return n + q
 
     def _system_marks(self, ttl: int) -> list[Breakpoint]:
         """The system markers (ascending) with `ttl`: made once per TTL, not per request,
