@@ -10,7 +10,7 @@ foreign entry is a miss (and is removed), never an error.
 Layout: `<root>/compiled-f<FORMAT_VERSION>-c<COMPILER_VERSION>/<digest[:2]>/<digest>.ctxt`.
 
 Healing (issue 17): an entry whose meta.json cannot be read is discarded at lookup; one
-whose tables fail their CRC (blocks.parquet damaged, meta.json intact: R18) is discarded
+whose columns fail their CRC (columns.zst damaged, meta.json intact: R18) is discarded
 when traces/load.py checks the hit, and one that fails to decode, when it is decoded; the
 source is then compiled again, with one note. An unwritable cache (R15) prints one warning
 and the run goes on without it. Temporary files left by a killed writer are deleted once
@@ -36,7 +36,7 @@ from traces.errors import TraceError
 #: Bump whenever a reader (traces/*) or the builder changes what it puts into a Trace for
 #: the same source bytes (new flags, other token counts, a fixed bug...): every cached
 #: compilation made by the old code is then ignored and compiled again.
-COMPILER_VERSION = "13"
+COMPILER_VERSION = "14"
 #: Environment variable naming the cache directory (takes precedence over XDG).
 ENV_VAR = "CTXSIM_CACHE_DIR"
 

@@ -7,13 +7,27 @@ in this order:
 
 - `meta.json`: format name and version, the trace's metadata and per-session metadata
   (compact JSON, sorted keys);
-- `blocks.parquet`, `requests.parquet`: every session's rows concatenated, with a leading
-  `session` int32 column, zstd-compressed, without statistics.
+- `columns.zst`: every column of the blocks table, then every column of the requests
+  table (every session's rows concatenated, in session order), each as little-endian
+  fixed-width values padded to 8 bytes, compressed together as one zstd frame.
 
-Writing the same Trace twice gives identical bytes (fixed entry order and timestamps, no
-varying Parquet statistics), so compiled files can be compared, deduplicated and cached
-by content. Reading never raises anything but TraceError for a bad file, and gives
-read-only numpy arrays that share memory with the decoded Arrow buffers (zero copy).
+Version 5 replaced the two Parquet tables of versions 1-4 (`blocks.parquet`,
+`requests.parquet`, still read) by the one frame. Issue 16: `from_bytes` of the warm compile
+cache of the shared Claude Code corpus (178 files, 356 tables; one process, 5 rounds) took
+0.29-0.40 s, almost all of it pyarrow's per-table and per-column overhead (the Parquet reads
+alone 0.10-0.14 s), and every warm command (a sweep's serial part, `ctxsim run`) paid it
+before its first request; in this format the same 178 files decode in 0.052-0.070 s (the
+frames alone 0.015-0.035 s) and take 1.30 MB instead of 1.84 MB (Parquet compresses each
+small column chunk apart). Arrow IPC tables were measured too (frames and tables alone):
+zstd-compressed buffers 0.13-0.18 s (a codec call per buffer); plain buffers in a deflated
+zip entry 0.04-0.05 s and 1.44 MB, but an IPC reader allocates what a compressed buffer
+declares before anything can bound it (issue 17's bombs), where this frame decodes into
+exactly the size that `meta.json`'s row counts imply, or fails.
+
+Writing the same Trace twice gives identical bytes (fixed entry order and timestamps, a
+fixed zstd level), so compiled files can be compared, deduplicated and cached by content.
+Reading never raises anything but TraceError for a bad file, and gives read-only numpy
+arrays that share memory with the decoded buffer (zero copy).
 """
 
 from __future__ import annotations
@@ -32,7 +46,6 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from simulator.model import (
     BLOCK_COLUMNS,
@@ -49,13 +62,17 @@ from traces.source import INCOMPLETE_MARKER as INCOMPLETE_MARKER
 
 FORMAT_NAME = "ctxsim compiled trace"
 #: Bumped on any change to the entries, columns, column types or meta.json fields.
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 SUFFIX = ".ctxt"
 
 META = "meta.json"
+COLUMNS = "columns.zst"
+#: The entries of a file of this version.
+ENTRIES = (META, COLUMNS)
+#: The tables of versions 1 to 4 (Parquet, one per table), read still.
 BLOCKS = "blocks.parquet"
 REQUESTS = "requests.parquet"
-ENTRIES = (META, BLOCKS, REQUESTS)
+PARQUET_ENTRIES = (META, BLOCKS, REQUESTS)
 
 #: Error categories (TraceError.category) raised by `read` / `from_bytes`.
 NOT_COMPILED = "not-compiled"
@@ -74,20 +91,12 @@ _DECODE_FREE = 64 << 20
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _LOCAL_HEADER = b"PK\x03\x04"
 _EMPTY_ZIP = b"PK\x05\x06"
-#: Every writer option is spelled out so that a change of pyarrow's defaults cannot change
-#: the bytes (or the read speed) silently.
-_PARQUET_OPTIONS: dict[str, Any] = {
-    "compression": "zstd",
-    "compression_level": 1,
-    "use_dictionary": False,
-    "write_statistics": False,
-    "write_page_index": False,
-    "write_page_checksum": False,
-    "store_schema": False,
-    "version": "2.6",
-    "data_page_version": "1.0",
-    "row_group_size": 1 << 20,
-}
+#: zstd level of `columns.zst` (level 1 as the Parquet tables had: the corpus's frames
+#: take 1.12 MB; higher levels gain little on 8-byte random hashes and cost compile time).
+_ZSTD_LEVEL = 1
+#: Each column starts at a multiple of this many bytes of the frame (zeros between), so
+#: every array read from it is aligned for its type.
+_ALIGN = 8
 
 
 def _arrow_schema(columns: dict[str, Any]) -> pa.Schema:
@@ -99,6 +108,7 @@ def _arrow_schema(columns: dict[str, Any]) -> pa.Schema:
     return pa.schema(fields)
 
 
+#: The Parquet tables of versions 1 to 4 (read only), each with a leading `session` column.
 BLOCKS_SCHEMA = _arrow_schema(BLOCK_COLUMNS)
 REQUESTS_SCHEMA = _arrow_schema(REQUEST_COLUMNS)
 #: Version 1 had no `ts_end` (a response's end); reading one, it defaults to `ts`.
@@ -118,11 +128,10 @@ BLOCKS_SCHEMA_V2 = _arrow_schema({k: v for k, v in BLOCK_COLUMNS.items() if k !=
 def to_bytes(trace: Trace) -> bytes:
     """The compiled file's bytes; equal traces give equal bytes."""
     meta = _meta(trace)
-    blocks = _parquet([s.blocks for s in trace.sessions], BLOCK_COLUMNS, BLOCKS_SCHEMA)
-    requests = _parquet([s.requests for s in trace.sessions], REQUEST_COLUMNS, REQUESTS_SCHEMA)
+    columns = _frame(trace)
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
-        for name, data in ((META, meta), (BLOCKS, blocks), (REQUESTS, requests)):
+        for name, data in ((META, meta), (COLUMNS, columns)):
             info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
             info.compress_type = zipfile.ZIP_STORED
             info.create_system = 3  # the default depends on the platform
@@ -227,19 +236,44 @@ def _meta(trace: Trace) -> bytes:
     return raw
 
 
-def _parquet(parts: list[Columns], columns: dict[str, Any], schema: pa.Schema) -> bytes:
-    lengths = np.array([len(c) for c in parts], dtype=np.int64)
-    arrays: list[pa.Array] = [
-        pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), lengths), type=pa.int32())
-    ]
-    for name, dtype in columns.items():
+def _padded(size: int) -> int:
+    return -(-size // _ALIGN) * _ALIGN
+
+
+#: (table, column, little-endian dtype) of every column of `columns.zst`, in order: the
+#: blocks' columns, then the requests', each in its schema's order.
+_FRAME_COLUMNS = [
+    (table, name, np.dtype(dtype).newbyteorder("<"))
+    for table, columns in (("blocks", BLOCK_COLUMNS), ("requests", REQUEST_COLUMNS))
+    for name, dtype in columns.items()
+]
+
+
+def _layout(n_blocks: int, n_requests: int) -> tuple[list[tuple[str, str, Any, int, int]], int]:
+    """(table, column, dtype, offset, rows) of every column of `columns.zst` for a trace of
+    these many rows, and the frame's decoded size."""
+    out = []
+    offset = 0
+    for table, name, dtype in _FRAME_COLUMNS:
+        rows = n_blocks if table == "blocks" else n_requests
+        out.append((table, name, dtype, offset, rows))
+        offset += _padded(rows * dtype.itemsize)
+    return out, offset
+
+
+def _frame(trace: Trace) -> bytes:
+    """`columns.zst`: every column, all sessions concatenated, one zstd frame."""
+    n_blocks = sum(len(s.blocks) for s in trace.sessions)
+    n_requests = sum(len(s.requests) for s in trace.sessions)
+    layout, size = _layout(n_blocks, n_requests)
+    raw = bytearray(size)
+    for table, name, dtype, offset, rows in layout:
+        parts = [s.blocks if table == "blocks" else s.requests for s in trace.sessions]
         values = [np.asarray(c[name], dtype=dtype) for c in parts]
         merged = np.concatenate(values) if values else np.zeros(0, dtype=dtype)
-        arrays.append(pa.array(merged, type=schema.field(name).type))
-    table = pa.Table.from_arrays(arrays, schema=schema)
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, **_PARQUET_OPTIONS)
-    return bytes(sink.getvalue())
+        raw[offset : offset + rows * dtype.itemsize] = merged.tobytes()
+    codec = pa.Codec("zstd", compression_level=_ZSTD_LEVEL)
+    return bytes(codec.compress(bytes(raw), asbytes=True))
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -286,22 +320,24 @@ def read(path: Path, label: str | None = None) -> Trace:
 
 def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> Trace:
     """Decode a compiled trace; any problem is a TraceError with one of the categories above."""
-    entries = _unzip(bytes(data), label)
-    meta = _parse_meta(entries[META], label)
+    meta, entries = _unzip(bytes(data), label)
     sessions_meta = meta["sessions"]
     n_blocks = np.array([s["n_blocks"] for s in sessions_meta], dtype=np.int64)
     n_requests = np.array([s["n_requests"] for s in sessions_meta], dtype=np.int64)
-    blocks_schema = BLOCKS_SCHEMA_V2 if meta["version"] < 3 else BLOCKS_SCHEMA
-    blocks = _read_table(entries[BLOCKS], BLOCKS, blocks_schema, n_blocks, label)
     version = meta["version"]
-    request_schema = (
-        REQUESTS_SCHEMA_V1
-        if version == 1
-        else REQUESTS_SCHEMA_V3
-        if version < 4
-        else REQUESTS_SCHEMA
-    )
-    requests = _read_table(entries[REQUESTS], REQUESTS, request_schema, n_requests, label)
+    if version >= 5:
+        blocks, requests = _read_frame(entries[COLUMNS], n_blocks, n_requests, label)
+    else:
+        blocks_schema = BLOCKS_SCHEMA_V2 if version < 3 else BLOCKS_SCHEMA
+        blocks = _read_table(entries[BLOCKS], BLOCKS, blocks_schema, n_blocks, label)
+        request_schema = (
+            REQUESTS_SCHEMA_V1
+            if version == 1
+            else REQUESTS_SCHEMA_V3
+            if version < 4
+            else REQUESTS_SCHEMA
+        )
+        requests = _read_table(entries[REQUESTS], REQUESTS, request_schema, n_requests, label)
     sessions = [
         Session(
             id=s["id"],
@@ -337,10 +373,23 @@ def check(data: bytes, label: str = "<bytes>") -> dict[str, Any]:
     """The validated meta.json of a compiled file whose every zip member extracts with its
     CRC: what a cache hit must pass before it is used or copied (a flipped or truncated
     byte anywhere fails it, R18), at a small part of decoding's cost."""
-    return _parse_meta(_unzip(bytes(data), label)[META], label)
+    return _unzip(bytes(data), label)[0]
 
 
-def _unzip(data: bytes, label: str) -> dict[str, bytes]:
+_EXTRACT_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    OSError,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    ValueError,
+)
+
+
+def _unzip(data: bytes, label: str) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The validated meta.json and the entries its version has, each extracted with its
+    CRC checked."""
     looks_zip = data[:4] in (_LOCAL_HEADER, _EMPTY_ZIP)
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
@@ -352,29 +401,26 @@ def _unzip(data: bytes, label: str) -> dict[str, bytes]:
         ) from None
     with zf:
         names = set(zf.namelist())
-        missing = [name for name in ENTRIES if name not in names]
+        if META not in names:
+            raise TraceError(label, 0, MISSING_ENTRY, f"compiled trace lacks {META}")
+        meta = _parse_meta(_extract(zf, META, len(data), label), label)
+        wanted = ENTRIES if meta["version"] >= 5 else PARQUET_ENTRIES
+        missing = [name for name in wanted if name not in names]
         if missing:
             raise TraceError(label, 0, MISSING_ENTRY, f"compiled trace lacks {', '.join(missing)}")
-        out: dict[str, bytes] = {}
-        for name in ENTRIES:
-            size = zf.getinfo(name).file_size
-            if size > max(_DECODE_FREE, _MAX_DECODE_RATIO * len(data)):
-                raise TraceError(label, 0, CORRUPT, f"{name} would extract to {size} bytes")
-            try:
-                out[name] = zf.read(name)
-            except (
-                zipfile.BadZipFile,
-                zlib.error,
-                OSError,
-                EOFError,
-                NotImplementedError,
-                RuntimeError,
-                ValueError,
-            ) as exc:
-                raise TraceError(
-                    label, 0, CORRUPT, f"cannot extract {name}: {clip(str(exc))}"
-                ) from None
-    return out
+        out = {name: _extract(zf, name, len(data), label) for name in wanted if name != META}
+    return meta, out
+
+
+def _extract(zf: zipfile.ZipFile, name: str, stored: int, label: str) -> bytes:
+    """One member's bytes, refused from its declared size when that is far beyond the file's."""
+    size = zf.getinfo(name).file_size
+    if size > max(_DECODE_FREE, _MAX_DECODE_RATIO * stored):
+        raise TraceError(label, 0, CORRUPT, f"{name} would extract to {size} bytes")
+    try:
+        return zf.read(name)
+    except _EXTRACT_ERRORS as exc:
+        raise TraceError(label, 0, CORRUPT, f"cannot extract {name}: {clip(str(exc))}") from None
 
 
 # -- meta.json validation: a malformed file must fail with a message, never a KeyError -----
@@ -557,13 +603,65 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
     return out
 
 
-# -- Parquet tables -----------------------------------------------------------------------
+# -- columns.zst (version 5 on) -----------------------------------------------------------
+
+Split = list[dict[str, npt.NDArray[Any]]]
+
+
+def _read_frame(
+    raw: bytes, n_blocks: npt.NDArray[np.int64], n_requests: npt.NDArray[np.int64], label: str
+) -> tuple[Split, Split]:
+    """Decode `columns.zst` into per-session column dicts of both tables (views, no copies).
+
+    The decoded size follows from the row counts of meta.json (every column fixed-width),
+    so it is bounded before anything is decoded, and the frame must decode to exactly that
+    size (the codec refuses a frame that is larger or smaller)."""
+    layout, size = _layout(int(n_blocks.sum()), int(n_requests.sum()))
+    limit = max(_DECODE_FREE, _MAX_DECODE_RATIO * len(raw))
+    if size > limit:
+        raise TraceError(label, 0, CORRUPT, f"{COLUMNS} of {len(raw)} bytes would decode to {size}")
+    try:
+        buffer = pa.Codec("zstd").decompress(raw, decompressed_size=size)
+    except Exception as exc:  # pyarrow raises OSError or ArrowInvalid for a damaged frame
+        raise TraceError(
+            label,
+            0,
+            CORRUPT,
+            f"{COLUMNS} does not decode to the {size} bytes {META} announces: {clip(str(exc))}",
+        ) from None
+    tables: dict[str, dict[str, npt.NDArray[Any]]] = {"blocks": {}, "requests": {}}
+    for table, name, dtype, offset, rows in layout:
+        array: npt.NDArray[Any] = np.frombuffer(buffer, dtype=dtype, count=rows, offset=offset)
+        array.flags.writeable = False
+        if dtype == np.bool_ and rows and int(array.view(np.uint8).max()) > 1:
+            raise TraceError(
+                label, 0, CORRUPT, f"{COLUMNS}: column {name!r} holds a value other than 0 and 1"
+            )
+        tables[table][name] = array
+    return _split(tables["blocks"], n_blocks), _split(tables["requests"], n_requests)
+
+
+def _split(arrays: dict[str, npt.NDArray[Any]], counts: npt.NDArray[np.int64]) -> Split:
+    """Whole-table columns cut into each session's rows (views)."""
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    bounds = offsets.tolist()
+    return [
+        {name: a[bounds[i] : bounds[i + 1]] for name, a in arrays.items()}
+        for i in range(len(counts))
+    ]
+
+
+# -- Parquet tables (versions 1 to 4) ------------------------------------------------------
 
 
 def _read_table(
     raw: bytes, entry: str, schema: pa.Schema, counts: npt.NDArray[np.int64], label: str
 ) -> list[dict[str, npt.NDArray[Any]]]:
-    """Decode one table and split it into per-session column dicts (views, no copies)."""
+    """Decode one table of a version 1-4 file and split it into per-session column dicts
+    (views, no copies)."""
+    import pyarrow.parquet as pq  # only files of those versions need it
+
     try:
         # Single-threaded on purpose: sweeps parallelise across processes, and Arrow's
         # thread pool can abort the interpreter at exit (apache/arrow#34314; seen here
@@ -608,8 +706,6 @@ def _read_table(
             raise TraceError(label, 0, SCHEMA, f"{entry}: column {name!r} holds nulls")
     arrays = {name: _to_numpy(table.column(name), schema.field(name).type) for name in schema.names}
     session = arrays.pop("session")
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
     if total and not np.array_equal(
         session, np.repeat(np.arange(len(counts), dtype=np.int32), counts)
     ):
@@ -620,10 +716,7 @@ def _read_table(
             f"{entry}: session column does not match the sessions in {META} "
             "(rows must be grouped by session, in session order)",
         )
-    return [
-        {name: a[offsets[i] : offsets[i + 1]] for name, a in arrays.items()}
-        for i in range(len(counts))
-    ]
+    return _split(arrays, counts)
 
 
 def _outside(a: npt.NDArray[Any], lo: int, hi: int, *also: int) -> bool:

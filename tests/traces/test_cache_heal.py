@@ -60,8 +60,8 @@ def _bad_meta(path: Path) -> None:
 
 
 DAMAGES = {
-    "blocks-crc": lambda p: _flip_in(p, compiled.BLOCKS),
-    "requests-crc": lambda p: _flip_in(p, compiled.REQUESTS),
+    "columns-crc": lambda p: _flip_in(p, compiled.COLUMNS),
+    "meta-crc": lambda p: _flip_in(p, compiled.META),
     "truncated": _truncate,
     "bad-meta": _bad_meta,
 }
@@ -89,15 +89,15 @@ def test_an_entry_that_passes_its_crcs_but_not_decoding_is_rebuilt_when_decoded(
     tmp_path: Path,
 ) -> None:
     """A cache hit is checked (CRCs, meta.json) when found and decoded when first used; an
-    entry whose checked bytes still fail to decode (here blocks.parquet replaced, with a
-    valid CRC, by bytes that are no Parquet) is discarded then and compiled again."""
+    entry whose checked bytes still fail to decode (here columns.zst replaced, with a
+    valid CRC, by bytes that are no zstd frame) is discarded then and compiled again."""
     notes: list[str] = []
     cache = CompileCache(tmp_path / "cache", note=notes.append)
     fresh, _ = _one(SESSION, cache)
     entry = _entry(cache)
     with zipfile.ZipFile(entry) as zf:
         entries = {name: zf.read(name) for name in zf.namelist()}
-    entries[compiled.BLOCKS] = b"PAR1 not parquet PAR1"
+    entries[compiled.COLUMNS] = b"not a zstd frame"
     with zipfile.ZipFile(entry, "w") as zf:
         for name, data in entries.items():
             zf.writestr(name, data)
@@ -106,7 +106,7 @@ def test_an_entry_that_passes_its_crcs_but_not_decoding_is_rebuilt_when_decoded(
     assert item.cached and notes == []  # found and checked, not decoded yet
     assert compiled.to_bytes(item.trace) == fresh
     assert not item.cached
-    assert len(notes) == 1 and "blocks.parquet" in notes[0]
+    assert len(notes) == 1 and "columns.zst" in notes[0]
     assert _entry(cache).read_bytes() == fresh
 
 
@@ -114,7 +114,7 @@ def test_import_never_copies_a_damaged_entry(tmp_path: Path) -> None:
     """R18: `traces import` copied the damaged bytes into --out with exit 0."""
     cache = CompileCache(tmp_path / "cache", note=lambda _: None)
     fresh, _ = _one(SESSION, cache)
-    _flip_in(_entry(cache), compiled.BLOCKS)
+    _flip_in(_entry(cache), compiled.COLUMNS)
     summary = import_into(load_all(discover([SESSION]), cache=cache), tmp_path / "out")
     assert (summary.written, summary.from_cache) == (1, 0)
     (written,) = (tmp_path / "out").glob("*.ctxt")
@@ -134,7 +134,7 @@ def test_cli_heals_a_damaged_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         return next((tmp_path / out).glob("*.ctxt")).read_bytes(), result.stderr
 
     first, _ = imported("one")
-    _flip_in(_entry(CompileCache(tmp_path / "cache")), compiled.BLOCKS)
+    _flip_in(_entry(CompileCache(tmp_path / "cache")), compiled.COLUMNS)
     second, stderr = imported("two")
     assert second == first
     notes = [line for line in stderr.splitlines() if "cached compilation" in line]

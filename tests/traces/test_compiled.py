@@ -153,6 +153,59 @@ def _category(data: bytes) -> str:
     return info.value.category
 
 
+def _v4(trace: Trace) -> bytes:
+    """The trace as ctxsim wrote it before version 5: meta.json and two Parquet tables,
+    each with a leading `session` column (the layout files shared then still have)."""
+    meta = orjson.loads(compiled._meta(trace))
+    meta["version"] = 4
+    entries = {"meta.json": orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)}
+    for entry, columns, schema, part in (
+        ("blocks.parquet", BLOCK_COLUMNS, compiled.BLOCKS_SCHEMA, "blocks"),
+        ("requests.parquet", REQUEST_COLUMNS, compiled.REQUESTS_SCHEMA, "requests"),
+    ):
+        parts = [getattr(s, part) for s in trace.sessions]
+        lengths = [len(c) for c in parts]
+        arrays = [pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), lengths))]
+        for name, dtype in columns.items():
+            values = [np.asarray(c[name], dtype=dtype) for c in parts]
+            merged = np.concatenate(values) if values else np.zeros(0, dtype=dtype)
+            arrays.append(pa.array(merged, type=schema.field(name).type))
+        sink = io.BytesIO()
+        table = pa.Table.from_arrays(arrays, schema=schema)
+        pq.write_table(table, sink, compression="zstd", write_statistics=False)
+        entries[entry] = sink.getvalue()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, raw in entries.items():
+            zf.writestr(name, raw)
+    return out.getvalue()
+
+
+def _frame_arrays(data: bytes) -> dict[tuple[str, str], npt.NDArray[Any]]:
+    """Every column of a version 5 file's `columns.zst`, as writable copies."""
+    meta = _meta(data)
+    rows = [sum(s[k] for s in meta["sessions"]) for k in ("n_blocks", "n_requests")]
+    layout, size = compiled._layout(*rows)
+    frame = zipfile.ZipFile(io.BytesIO(data)).read("columns.zst")
+    raw = pa.Codec("zstd").decompress(frame, decompressed_size=size, asbytes=True)
+    return {
+        (table, name): np.frombuffer(raw, dtype=dtype, count=n, offset=offset).copy()
+        for table, name, dtype, offset, n in layout
+    }
+
+
+def _with_frame(data: bytes, arrays: dict[tuple[str, str], npt.NDArray[Any]]) -> bytes:
+    """The archive with `columns.zst` rebuilt from `arrays` (laid out as the writer does)."""
+    meta = _meta(data)
+    rows = [sum(s[k] for s in meta["sessions"]) for k in ("n_blocks", "n_requests")]
+    layout, size = compiled._layout(*rows)
+    raw = bytearray(size)
+    for table, name, dtype, offset, n in layout:
+        raw[offset : offset + n * dtype.itemsize] = arrays[(table, name)].tobytes()
+    frame = pa.Codec("zstd").compress(bytes(raw), asbytes=True)
+    return _rezip(data, {"columns.zst": frame})
+
+
 # -- round trip ---------------------------------------------------------------------------
 
 
@@ -203,10 +256,11 @@ def test_deterministic_bytes(tmp_path: Path) -> None:
 
 
 def test_archive_layout() -> None:
-    data = compiled.to_bytes(_sample())
+    trace = _sample()
+    data = compiled.to_bytes(trace)
     zf = zipfile.ZipFile(io.BytesIO(data))
     infos = zf.infolist()
-    assert [i.filename for i in infos] == ["meta.json", "blocks.parquet", "requests.parquet"]
+    assert [i.filename for i in infos] == ["meta.json", "columns.zst"]
     assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in infos)
     assert all(i.compress_type == zipfile.ZIP_STORED for i in infos)
     assert all(i.create_system == 3 and i.external_attr == 0o100644 << 16 for i in infos)
@@ -214,16 +268,28 @@ def test_archive_layout() -> None:
     meta = orjson.loads(raw)
     assert orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) == raw
     assert meta["format"] == "ctxsim compiled trace"
-    assert meta["version"] == compiled.FORMAT_VERSION == 4
+    assert meta["version"] == compiled.FORMAT_VERSION == 5
     assert meta["trace_format"] == "claude-code"
     assert [s["n_blocks"] for s in meta["sessions"]] == [40, 0, 12]
-    for entry in ("blocks.parquet", "requests.parquet"):
-        md = pq.ParquetFile(pa.BufferReader(zf.read(entry))).metadata
-        for rg in range(md.num_row_groups):
-            for col in range(md.num_columns):
-                chunk = md.row_group(rg).column(col)
-                assert not chunk.is_stats_set
-                assert chunk.compression == "ZSTD"
+    frame = zf.read("columns.zst")
+    assert frame[:4] == b"\x28\xb5\x2f\xfd"  # one zstd frame
+    # 52 blocks and 11 requests: every column padded to 8 bytes, blocks then requests.
+    widths = [np.dtype(t).itemsize for t in (*BLOCK_COLUMNS.values(), *REQUEST_COLUMNS.values())]
+    rows = [52] * len(BLOCK_COLUMNS) + [11] * len(REQUEST_COLUMNS)
+    size = sum(-(-n * w // 8) * 8 for n, w in zip(rows, widths, strict=True))
+    decoded = pa.Codec("zstd").decompress(frame, decompressed_size=size, asbytes=True)
+    tokens = np.concatenate([s.blocks["tokens"] for s in trace.sessions]).astype("<i4")
+    offset = sum(-(-52 * np.dtype(t).itemsize // 8) * 8 for t in list(BLOCK_COLUMNS.values())[:6])
+    assert list(BLOCK_COLUMNS)[6] == "tokens"
+    assert decoded[offset : offset + 52 * 4] == tokens.tobytes()
+    assert decoded[offset + 52 * 4 : offset + 208] == b""  # 208 is a multiple of 8: no pad
+    has_usage = np.concatenate([s.requests["has_usage"] for s in trace.sessions])
+    offset = size - sum(-(-11 * np.dtype(t).itemsize // 8) * 8 for t in REQUEST_COLUMNS.values())
+    offset += sum(
+        -(-11 * np.dtype(t).itemsize // 8) * 8 for t in list(REQUEST_COLUMNS.values())[:3]
+    )
+    assert list(REQUEST_COLUMNS)[3] == "has_usage"
+    assert decoded[offset : offset + 16] == has_usage.tobytes() + bytes(5)  # 11 bytes, padded
 
 
 def test_read_arrays_are_read_only_views() -> None:
@@ -237,11 +303,12 @@ def test_read_arrays_are_read_only_views() -> None:
 
 
 def test_readme_recipe_polars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """traces/README.md shows how to read the tables directly; keep that snippet working."""
+    """traces/README.md shows how to read the tables; keep that snippet working."""
     readme = (Path(compiled.__file__).parent / "README.md").read_text()
     assert f"version {compiled.FORMAT_VERSION}" in readme.splitlines()[0]
     snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    compiled.write(_sample(), tmp_path / "session.ctxt")
+    trace = _sample()
+    compiled.write(trace, tmp_path / "session.ctxt")
     monkeypatch.chdir(tmp_path)
     scope: dict[str, Any] = {}
     exec(snippet, scope)
@@ -252,10 +319,10 @@ def test_readme_recipe_polars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert blocks.schema["kind"] == pl.UInt8
     assert blocks.height == sum(s["n_blocks"] for s in meta["sessions"]) == 52
     assert scope["per_kind"]["tokens"].sum() == int(blocks["tokens"].sum())
-    with zipfile.ZipFile(tmp_path / "session.ctxt") as zf:
-        zf.extractall(tmp_path / "x")
-    unzipped = pl.read_parquet(tmp_path / "x" / "blocks.parquet")
-    assert unzipped.group_by("session").len().sort("session")["len"].to_list() == [40, 12]
+    assert blocks.group_by("session").len().sort("session")["len"].to_list() == [40, 12]
+    assert requests["cache_read"].to_list() == [
+        v for s in trace.sessions for v in s.requests["cache_read"].tolist()
+    ]
 
 
 # -- property: random traces round-trip exactly -------------------------------------------
@@ -410,7 +477,7 @@ def test_serialisation_failure_touches_nothing(
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("writer crashed")
 
-    monkeypatch.setattr(pq, "write_table", boom)
+    monkeypatch.setattr(compiled, "_frame", boom)
     with pytest.raises(RuntimeError):
         compiled.write(_sample(), tmp_path / "t.ctxt")
     assert list(tmp_path.iterdir()) == []
@@ -466,14 +533,18 @@ def test_truncated_file() -> None:
 
 def test_crc_mismatch() -> None:
     data = bytearray(compiled.to_bytes(_sample()))
-    offset = data.index(b"PAR1") + 10  # inside blocks.parquet's stored bytes
+    offset = data.index(b"\x28\xb5\x2f\xfd") + 10  # inside columns.zst's stored bytes
     data[offset] ^= 0xFF
     assert _category(bytes(data)) == "compiled-corrupt"
 
 
-@pytest.mark.parametrize("entry", ["meta.json", "blocks.parquet", "requests.parquet"])
-def test_missing_entry(entry: str) -> None:
-    data = _rezip(compiled.to_bytes(_sample()), drop=entry)
+@pytest.mark.parametrize(
+    ("version", "entry"),
+    [(5, "meta.json"), (5, "columns.zst"), (4, "blocks.parquet"), (4, "requests.parquet")],
+)
+def test_missing_entry(version: int, entry: str) -> None:
+    whole = compiled.to_bytes(_sample()) if version == 5 else _v4(_sample())
+    data = _rezip(whole, drop=entry)
     with pytest.raises(TraceError) as info:
         compiled.from_bytes(data, "x.ctxt")
     assert info.value.category == "compiled-missing-entry"
@@ -491,7 +562,7 @@ def _blocks_table(data: bytes) -> pa.Table:
 
 
 def test_schema_wrong_type() -> None:
-    data = compiled.to_bytes(_sample())
+    data = _v4(_sample())
     table = _blocks_table(data)
     i = table.schema.get_field_index("tokens")
     table = table.set_column(i, "tokens", table.column("tokens").cast(pa.int64()))
@@ -502,7 +573,7 @@ def test_schema_wrong_type() -> None:
 
 
 def test_schema_missing_and_extra_columns() -> None:
-    data = compiled.to_bytes(_sample())
+    data = _v4(_sample())
     table = _blocks_table(data).drop_columns(["origin"]).append_column("x", pa.array([0] * 52))
     with pytest.raises(TraceError) as info:
         compiled.from_bytes(_rezip(data, {"blocks.parquet": _parquet(table)}), "x.ctxt")
@@ -514,7 +585,7 @@ def test_schema_missing_and_extra_columns() -> None:
 def test_a_version_2_file_reads_with_unknown_file_sizes() -> None:
     """Version 2 had no `file_tokens`: such a file reads, with -1 (unknown) for every block."""
     trace = _sample()
-    data = compiled.to_bytes(trace)
+    data = _v4(trace)
     meta = _meta(data)
     meta["version"] = 2
     table = _blocks_table(data).drop_columns(["file_tokens"])
@@ -544,7 +615,7 @@ def test_a_version_3_file_reads_with_the_session_prefix() -> None:
     """Version 3 had one prefix per session: its requests read with `prefix` -1, which
     `prefix_at` resolves to the session's `prefix_tokens`."""
     trace = _sample()
-    data = compiled.to_bytes(trace)
+    data = _v4(trace)
     meta = _meta(data)
     meta["version"] = 3
     raw = zipfile.ZipFile(io.BytesIO(data)).read("requests.parquet")
@@ -571,7 +642,7 @@ def test_a_version_3_file_reads_with_the_session_prefix() -> None:
 
 
 def test_nulls_are_refused() -> None:
-    data = compiled.to_bytes(_sample())
+    data = _v4(_sample())
     table = _blocks_table(data)
     i = table.schema.get_field_index("chars")
     chars = pa.array([None] + [1] * 51, type=pa.int32())
@@ -583,7 +654,7 @@ def test_nulls_are_refused() -> None:
 def test_columns_in_other_order_are_accepted() -> None:
     """Column order is not part of the schema: a table rewritten by another tool still reads."""
     trace = _sample()
-    data = compiled.to_bytes(trace)
+    data = _v4(trace)
     table = _blocks_table(data)
     table = table.select(list(reversed(table.column_names)))
     _assert_same(trace, compiled.from_bytes(_rezip(data, {"blocks.parquet": _parquet(table)})))
@@ -601,23 +672,64 @@ def test_deflated_archive_with_extra_entries_is_accepted() -> None:
     _assert_same(trace, compiled.from_bytes(out.getvalue()))
 
 
-def test_row_count_mismatch() -> None:
-    data = compiled.to_bytes(_sample())
+@pytest.mark.parametrize("version", [5, 4])
+def test_row_count_mismatch(version: int) -> None:
+    data = compiled.to_bytes(_sample()) if version == 5 else _v4(_sample())
     meta = _meta(data)
     meta["sessions"][0]["n_blocks"] += 1
     assert _category(_rezip(data, {"meta.json": orjson.dumps(meta)})) == "compiled-corrupt"
 
 
 def test_session_column_out_of_order() -> None:
-    data = compiled.to_bytes(_sample())
+    data = _v4(_sample())
     table = _blocks_table(data)
     table = table.take(pa.array(np.arange(table.num_rows)[::-1]))
     assert _category(_rezip(data, {"blocks.parquet": _parquet(table)})) == "compiled-corrupt"
 
 
 def test_damaged_parquet() -> None:
-    data = compiled.to_bytes(_sample())
+    data = _v4(_sample())
     assert _category(_rezip(data, {"blocks.parquet": b"PAR1 nope PAR1"})) == "compiled-corrupt"
+
+
+def test_a_version_4_file_still_reads() -> None:
+    """Files shared before version 5 (two Parquet tables) read as they did."""
+    trace = _sample()
+    _assert_same(trace, compiled.from_bytes(_v4(trace)))
+
+
+@pytest.mark.parametrize("frame", [b"", b"not zstd at all", b"\x28\xb5\x2f\xfd" + bytes(20)])
+def test_damaged_frame(frame: bytes) -> None:
+    data = _rezip(compiled.to_bytes(_sample()), {"columns.zst": frame})
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(data, "bad.ctxt")
+    assert info.value.category == "compiled-corrupt"
+    assert info.value.message.startswith("columns.zst does not decode to the ")
+
+
+@pytest.mark.parametrize("change", [8, -8], ids=["longer", "shorter"])
+def test_a_frame_of_another_size_than_announced_is_refused(change: int) -> None:
+    """The frame must decode to exactly the bytes meta.json's row counts imply: a frame one
+    column row longer or shorter is damaged, never read in part or past its end."""
+    data = compiled.to_bytes(_sample())
+    meta = _meta(data)
+    rows = [sum(s[k] for s in meta["sessions"]) for k in ("n_blocks", "n_requests")]
+    _, size = compiled._layout(*rows)
+    frame = zipfile.ZipFile(io.BytesIO(data)).read("columns.zst")
+    raw = pa.Codec("zstd").decompress(frame, decompressed_size=size, asbytes=True)
+    raw = raw + bytes(change) if change > 0 else raw[:change]
+    other = _rezip(data, {"columns.zst": pa.Codec("zstd").compress(raw, asbytes=True)})
+    assert _category(other) == "compiled-corrupt"
+
+
+def test_a_boolean_that_is_neither_0_nor_1_is_refused() -> None:
+    data = compiled.to_bytes(_sample())
+    arrays = _frame_arrays(data)
+    arrays[("requests", "has_usage")].view(np.uint8)[4] = 2
+    with pytest.raises(TraceError) as info:
+        compiled.from_bytes(_with_frame(data, arrays), "crafted.ctxt")
+    assert info.value.category == "compiled-corrupt"
+    assert "'has_usage' holds a value other than 0 and 1" in info.value.message
 
 
 def test_meta_not_json() -> None:
@@ -785,41 +897,38 @@ def test_benchmark_read_100k_blocks(benchmark: Any, tmp_path: Path) -> None:
 # -- crafted values (issue 17: 76 tracebacks, 23 silently wrong results) ------------------
 
 
-def _with_value(data: bytes, entry: str, column: str, value: int) -> bytes:
-    """The archive with row 0 (session 0) of `column` in `entry` set to `value`."""
-    table = pq.read_table(pa.BufferReader(zipfile.ZipFile(io.BytesIO(data)).read(entry)))
-    values = table.column(column).to_numpy().copy()
-    values[0] = value
-    i = table.schema.get_field_index(column)
-    table = table.set_column(i, column, pa.array(values, type=table.schema.field(column).type))
-    return _rezip(data, {entry: _parquet(table)})
+def _with_value(data: bytes, table: str, column: str, value: int) -> bytes:
+    """The archive with row 0 (session 0) of `column` in `table` set to `value`."""
+    arrays = _frame_arrays(data)
+    arrays[(table, column)][0] = value
+    return _with_frame(data, arrays)
 
 
 @pytest.mark.parametrize(
-    ("entry", "column", "value", "name"),
+    ("table", "column", "value", "name"),
     [
-        ("blocks.parquet", "tokens", -1, "block tokens"),
-        ("blocks.parquet", "tokens", 2**31 - 1, "block tokens"),  # R10: a wrapped count
-        ("blocks.parquet", "tokens_raw", -5, "block tokens_raw"),
-        ("blocks.parquet", "tool", 3, "block tool"),  # _sample has 3 tools
-        ("blocks.parquet", "link", 40, "block link"),  # session 0 has 40 blocks
-        ("blocks.parquet", "first_request", 9, "block first_request"),  # 8 requests
-        ("blocks.parquet", "hidden_from", -3, "block hidden_from"),
-        ("blocks.parquet", "origin", 8, "block origin"),
-        ("blocks.parquet", "ts", -62_135_596_800_000, "block ts"),  # year 0001
-        ("requests.parquet", "input", -1, "request input"),
-        ("requests.parquet", "cache_write_5m", -1_000_000, "request cache_write_5m"),  # R03b
-        ("requests.parquet", "cache_read", 2**62, "request cache_read"),  # R05b
-        ("requests.parquet", "output", 10**12, "request output"),  # R07
-        ("requests.parquet", "model", 1, "request model"),  # one model
-        ("requests.parquet", "ts", 32_503_680_000_000, "request ts"),  # year 3000
-        ("requests.parquet", "prefix", -2, "request prefix"),
+        ("blocks", "tokens", -1, "block tokens"),
+        ("blocks", "tokens", 2**31 - 1, "block tokens"),  # R10: a wrapped count
+        ("blocks", "tokens_raw", -5, "block tokens_raw"),
+        ("blocks", "tool", 3, "block tool"),  # _sample has 3 tools
+        ("blocks", "link", 40, "block link"),  # session 0 has 40 blocks
+        ("blocks", "first_request", 9, "block first_request"),  # 8 requests
+        ("blocks", "hidden_from", -3, "block hidden_from"),
+        ("blocks", "origin", 8, "block origin"),
+        ("blocks", "ts", -62_135_596_800_000, "block ts"),  # year 0001
+        ("requests", "input", -1, "request input"),
+        ("requests", "cache_write_5m", -1_000_000, "request cache_write_5m"),  # R03b
+        ("requests", "cache_read", 2**62, "request cache_read"),  # R05b
+        ("requests", "output", 10**12, "request output"),  # R07
+        ("requests", "model", 1, "request model"),  # one model
+        ("requests", "ts", 32_503_680_000_000, "request ts"),  # year 3000
+        ("requests", "prefix", -2, "request prefix"),
     ],
 )
 def test_crafted_out_of_range_values_are_refused(
-    entry: str, column: str, value: int, name: str
+    table: str, column: str, value: int, name: str
 ) -> None:
-    data = _with_value(compiled.to_bytes(_sample()), entry, column, value)
+    data = _with_value(compiled.to_bytes(_sample()), table, column, value)
     with pytest.raises(TraceError) as info:
         compiled.from_bytes(data, "crafted.ctxt")
     assert info.value.category == "compiled-corrupt"
@@ -830,7 +939,7 @@ def test_a_context_split_above_the_bound_is_refused() -> None:
     """Each split within 10M, their sum above it: no request sent that."""
     data = compiled.to_bytes(_sample())
     for column in ("input", "cache_read", "cache_write_5m"):
-        data = _with_value(data, "requests.parquet", column, 4_000_000)
+        data = _with_value(data, "requests", column, 4_000_000)
     with pytest.raises(TraceError, match="request context out of range"):
         compiled.from_bytes(data, "crafted.ctxt")
 
@@ -877,7 +986,7 @@ def test_a_string_column_bomb_is_refused_before_it_is_decoded(
     a `tokens` column of strings, 200 rows of one 64 KiB value, stores in a few KB and
     would decode to 13 MB. The column types are checked before anything is decoded."""
     monkeypatch.setattr(compiled, "_DECODE_FREE", 1 << 20)
-    data = compiled.to_bytes(_sample())
+    data = _v4(_sample())
     table = pq.read_table(io.BytesIO(zipfile.ZipFile(io.BytesIO(data)).read("blocks.parquet")))
     n = 200
     columns = {name: pa.array(np.zeros(n, dtype=np.int64)) for name in table.schema.names}

@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from simulator.model import NEVER, Trace
@@ -212,23 +211,20 @@ def _mutate_entries(rng: random.Random, data: bytes) -> bytes:
     entries = {name: zf.read(name) for name in zf.namelist()}
     roll = rng.random()
     if roll < 0.5:  # one value of one column: a crafted file that still decodes
-        name = rng.choice(["blocks.parquet", "requests.parquet"])
-        table = pq.read_table(pa.BufferReader(entries[name]))
-        if table.num_rows:
-            col = rng.choice([c for c in table.column_names if c != "session"])
-            values = table.column(col).to_numpy(zero_copy_only=False).copy()
+        meta = json.loads(entries["meta.json"])
+        rows = [sum(s[k] for s in meta["sessions"]) for k in ("n_blocks", "n_requests")]
+        layout, size = compiled._layout(*rows)
+        codec = pa.Codec("zstd")
+        raw = bytearray(codec.decompress(entries["columns.zst"], size, asbytes=True))
+        _, _, dtype, offset, n = rng.choice([c for c in layout if c[4]] or layout)
+        if n:
+            values = np.frombuffer(raw, dtype=dtype, count=n, offset=offset).copy()
             if values.dtype != np.bool_:
                 info = np.iinfo(values.dtype)
                 pick = rng.choice([-1, -(2**31), 2**31 - 1, 2**62, NEVER, 10**9, 0, 1])
                 values[rng.randrange(len(values))] = np.clip(pick, info.min, info.max)
-            table = table.set_column(
-                table.column_names.index(col),
-                col,
-                pa.array(values, type=table.schema.field(col).type),
-            )
-            buf = io.BytesIO()
-            pq.write_table(table, buf)
-            entries[name] = buf.getvalue()
+            raw[offset : offset + values.nbytes] = values.tobytes()
+            entries["columns.zst"] = codec.compress(bytes(raw), asbytes=True)
         return _rezip(entries)
     if roll < 0.8:  # one meta.json value
         try:
