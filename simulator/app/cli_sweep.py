@@ -106,12 +106,6 @@ _refetch = click.option(
 )
 
 
-#: simulator/policy.py ENTRY_POINT_GROUP, named here so that the fork server can start before
-#: that module is imported (0.3 s); were it renamed, the workers would only import the
-#: policies themselves, once each.
-POLICY_GROUP = "ctxsim.policies"
-
-
 def _fork_server_now(executor: str, out: Path) -> None:
     """Start a fresh sweep's fork server before this process imports the engine.
 
@@ -127,17 +121,13 @@ def _fork_server_now(executor: str, out: Path) -> None:
 
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return
-    from importlib.metadata import entry_points
-
+    from simulator.app.preload import fork_server_modules
     from simulator.workers import start_fork_server
 
-    # As simulator/app/sweep.py `_preload`, which the pool sets again, and the CLI: each
-    # worker imports the main module again (`ctxsim` imports simulator/app/cli.py, 0.04 s).
-    # The price table too: the engine imports it at its first price (simulator/pricing.py).
-    modules = ["simulator.app.sweep", "simulator.replay", "simulator.app.cli", "genai_prices.data"]
-    modules += sorted({ep.module for ep in entry_points(group=POLICY_GROUP)})
+    # The list of simulator/app/sweep.py `_preload`, which the pool sets again, and the CLI:
+    # each worker imports the main module again (`ctxsim` imports simulator/app/cli.py).
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(modules)
+    context.set_forkserver_preload(fork_server_modules("simulator.app.cli"))
     start_fork_server(context)
 
 

@@ -66,7 +66,6 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +75,7 @@ import polars as pl
 from simulator import policy as registry
 from simulator import run as service
 from simulator.app.files import atomic_write
+from simulator.app.preload import fork_server_modules
 from simulator.frames import (
     CELL_FIGURES,
     REFETCH_FIGURES,
@@ -619,13 +619,8 @@ def start_method() -> str:
 
 
 def _preload() -> list[str]:
-    """Modules the fork server imports once for all workers: the engine, the module of each
-    policy entry point (a package's modules are imported by a worker that builds one of its
-    policies: simulator/policy.py) and the price table, which the engine imports only at its
-    first price (simulator/pricing.py)."""
-    modules = ["simulator.app.sweep", "simulator.replay", "genai_prices.data"]
-    modules += sorted({ep.module for ep in entry_points(group=registry.ENTRY_POINT_GROUP)})
-    return modules
+    """Modules the fork server imports once for all workers (simulator/app/preload.py)."""
+    return fork_server_modules()
 
 
 def _context() -> multiprocessing.context.BaseContext:

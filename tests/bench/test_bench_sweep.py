@@ -15,6 +15,14 @@ compile cache is warmed beforehand (one import of the corpus).
 Reported per worker count: the median seconds, cells per second, and with 2 workers the
 speed-up over 1. The machine's 2 cores are shared, so rounds are several and `uptime`'s
 load is reported beside them: a second worker cannot gain on a core another process holds.
+
+What a second worker cannot shorten is the parent's serial part, from its start to the
+traces handed to the workers (then the few ms after the last cell): its imports (the
+engine, polars, the policies' parameters), the cells built, and the traces loaded from
+the compile cache (format 5, traces/compiled.py, decodes them in a fifth of format 4's
+time: the parent's CPU to that point went from 1.37-1.46 s to 1.03-1.16 s, at load 1.8-2.6).
+Where PYTHONDONTWRITEBYTECODE is set, as on the shared machine, every process also compiles
+ctxsim's own modules from source: about 0.1 s of the parent's imports.
 """
 
 from __future__ import annotations

@@ -155,6 +155,8 @@ def test_a_sweep_main_process_imports_only_the_named_policy(tmp_path: Path) -> N
     assert (tmp_path / "sweep" / "sweep.json").is_file()
     assert not {m for m in modules if m.split(".")[0] in ("genai_prices", "matplotlib")}
     assert modules & MODULES == {"policies.peers.masking"}
+    # Compiled traces (format 5, traces/compiled.py) are written and read without Parquet.
+    assert "pyarrow.parquet" not in modules
 
 
 def _package(root: Path, name: str, modules: dict[str, str]) -> None:
@@ -256,3 +258,26 @@ def test_two_modules_registering_one_name_fail_when_it_is_built(
     assert registry.names() == ["probe-one", "probe-two"]
     with pytest.raises(registry.PolicyError, match="two policies are named 'probe-two'"):
         registry.get("probe-two")
+
+
+def test_the_preload_list_is_named_without_the_engine() -> None:
+    """`ctxsim sweep` names the fork server's modules before it imports the engine
+    (simulator/app/cli_sweep.py `_fork_server_now`): the list's module imports none of it,
+    and names what the pool's own list does, with the CLI, and every policy module."""
+    out = _probe(
+        """
+        import json, sys
+        from simulator.app.preload import fork_server_modules
+        print(json.dumps({"modules": sorted(sys.modules), "list": fork_server_modules("m")}))
+        """
+    )
+    modules = set(out["modules"])  # type: ignore[arg-type]
+    heavy = {"numpy", "polars", "pyarrow", "pydantic", "simulator.policy", "simulator.replay"}
+    assert not heavy & ({m.split(".")[0] for m in modules} | modules)
+    from simulator.app import preload, sweep
+
+    assert preload.POLICY_GROUP == registry.ENTRY_POINT_GROUP
+    points = sorted({p.module for p in entry_points(group=registry.ENTRY_POINT_GROUP)})
+    engine = ["simulator.app.sweep", "simulator.replay"]
+    assert out["list"] == [*engine, "m", "genai_prices.data", *points]
+    assert sweep._preload() == [m for m in out["list"] if m != "m"]  # type: ignore[union-attr]
