@@ -236,7 +236,7 @@ def test_ctrl_c_while_the_fork_server_imports_prints_no_traceback(tmp_path: Path
         assert proc.poll() is None, "the sweep ended before its fork server imported"
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode in (1, 130), err
+        assert proc.returncode == 130, err  # wherever it lands: simulator/app/cli.py _Main
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     finally:
         left = _ended(proc.pid)
