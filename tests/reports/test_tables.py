@@ -211,3 +211,13 @@ def test_no_line_is_wider_than_asked(data: st.DataObject, n_columns: int, width:
     lines = text.splitlines()
     assert all(len(line) <= width for line in lines)
     assert lines[0].split()[0] == "c0"
+
+
+def test_a_wrapping_column_keeps_its_header_when_nothing_fits() -> None:
+    """Only always-shown columns, too wide together: the widest cell is cut, not the one
+    column that may wrap (which rich took to nothing, header and all)."""
+    columns = [Column("c0", wrap=True), *(Column(f"c{i}") for i in range(1, 6))]
+    text = render(columns, [["", "", "", "", "0000000", "0" * 18]], width=40)
+    header, _, row = text.splitlines()[:3]
+    assert header.split() == ["c0", "c1", "c2", "c3", "c4", "c5"]
+    assert row.split() == ["0000000", "0" * 14 + "…"] and len(row) <= 40
