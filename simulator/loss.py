@@ -39,7 +39,8 @@ less one). Instructions the columns add to the replay, the round before, before 
 as-recorded 19.1% -> 12.2% (corpus), 19.0% -> 12.7% (synthetic); masking 16.5% -> 11.3%
 (corpus), 15.3% -> 9.8% (synthetic). The per-session set-up
 (`SessionLoss.__init__`, about 320,000 instructions a session on the corpus, 3.5% of the
-as-recorded replay) is a dozen numpy calls and the pairing of file reads and uses; the
+as-recorded replay) is a dozen numpy calls and the pairing of file reads and uses, paid
+once per session and process: the session keeps it for its next replay (`_KEPT`); the
 extra columns about 1.2%. Wall-clock ratios (fastest of 7 rounds of process time, five
 runs on a shared 2-core machine at load 0.9-2.9): corpus 0.97-1.27x, synthetic 1.02-1.34x,
 moving by 10 to 30 points from run to run (tests/bench/test_bench_loss.py).
@@ -158,6 +159,13 @@ _BLOCK_IDS = _Shared(int)
 _NO_ARTIFACTS = _Shared(lambda _: False)
 #: After every block id: the end of `SessionLoss.relevant`.
 _PAST = 1 << 62
+#: Where a session keeps what `SessionLoss` derived from its blocks without the re-fetch
+#: loop, for the next replay of it (another policy of a run, a sweep's next cell, a
+#: benchmark's next round): the set-up is about 45 us a session, 4% of the as-recorded
+#: replay of the shared Claude Code corpus (180 sessions of 20 requests), paid once per
+#: session and process. Keyed by the blocks' identity and the sizes: sessions are not
+#: changed once read (the readers and traces/builder.py build them whole).
+_KEPT = "_loss_kept"
 
 #: Below this many file reads and uses in a session, `SessionLoss` pairs them in one Python
 #: pass; from it on, in numpy (the shared Claude Code corpus: 34 per session on average,
@@ -194,54 +202,89 @@ class SessionLoss:
     ) -> None:
         b = session.blocks
         n = session.n_requests
-        size = b["tokens"]
-        kinds = _BY_FLAGS[b["flags"]]  # one look-up for what the flags make of each block
         self.prefix_tokens = int(session.prefix_tokens)
         self.loop = loop
         self.hash_of = hashes
         self.tokens_of = tokens
-        human = kinds & _IS_HUMAN
-        #: Per block: its tokens where the human wrote it (else 0: what it adds to the
-        #: verbatim human tokens when sent verbatim), and whether it is an artifact (most
-        #: sessions have none: then one list of False shared by all).
-        self.human_of: list[int] = (size * human).tolist()
-        if int(np.bitwise_or.reduce(kinds, initial=0)) & _IS_ARTIFACT:
-            self.artifact_of: list[bool] = ((kinds & _IS_ARTIFACT) != 0).tolist()
-        else:
-            self.artifact_of = _NO_ARTIFACTS.upto(len(hashes))
         self.block_ids = _BLOCK_IDS.upto(len(hashes))
         self._blocks = b
-        self.human_at = self._human_at(np.flatnonzero(human), n)
         self._visible: tuple[list[int], list[int]] | None = None
         self._reads: dict[int, list[int]] | None = None
-        #: Per block: _READ_OK where it is a successful read result of a file, _USE_OK
-        #: where it is a tool call naming a file (whatever its origin).
-        self._named = kinds & _BY_KIND[b["kind"]]
-        self._named *= b["path_hash"] != 0
         self.looped = loop is not None
-        #: The blocks whose being sent verbatim the facts depend on, ascending, then a
-        #: sentinel: the human's, the artifacts, the read results a use may be paired with
-        #: (with the loop, which reads anything back, every block). `verbatim` holds every
-        #: one of them the view sends verbatim; other blocks it may or may not hold.
-        if loop is None:
-            picked = np.flatnonzero((kinds & (_IS_HUMAN | _IS_ARTIFACT)) | (self._named & _READ_OK))
-            self.relevant: list[int] = picked.tolist()
-        else:
-            self.relevant = list(range(len(hashes)))
-        self.relevant.append(_PAST)
-        #: Without the loop: per request, the latest read older than each of its uses, in
-        #: the logical history of that request (None where there is none).
-        self.lasts_at: list[list[int] | None] = [None] * n
         #: With the loop: per request, its uses (block, file); the loop says what is read.
         self.uses: dict[int, list[tuple[int, int]]] = {}
+        self._init_state()
+        # Derived from the blocks (`_facts_of_blocks`), or kept from a replay before.
+        self.human_of: list[int]
+        self.artifact_of: list[bool]
+        self.human_at: list[int]
+        self._named: npt.NDArray[np.uint8]
+        self.relevant: list[int]
+        self.lasts_at: list[list[int] | None]
+        key = (len(b), n)
+        kept = session.__dict__.get(_KEPT) if loop is None else None
+        if kept is not None and kept[0] is b and kept[1] == key:
+            self.human_of, self.artifact_of, self.human_at, self._named = kept[2:6]
+            self.relevant, self.lasts_at = kept[6:]
+            return
+        self._facts_of_blocks(session, len(hashes))
         if loop is None:
-            self._last_reads(n)
+            session.__dict__[_KEPT] = (
+                b,
+                key,
+                self.human_of,
+                self.artifact_of,
+                self.human_at,
+                self._named,
+                self.relevant,
+                self.lasts_at,
+            )
         else:
             picked = np.flatnonzero(self._uses())
             origin = b["origin"][picked].tolist()
             path = b["path_hash"][picked].tolist()
             for block, k, p in zip(picked.tolist(), origin, path, strict=True):
                 self.uses.setdefault(k, []).append((block, p))
+
+    def _facts_of_blocks(self, session: Session, m: int) -> None:
+        """What the facts need of each of the session's `m` blocks and requests (see the
+        class docstring); without the loop, kept with the session (`_KEPT`)."""
+        b = session.blocks
+        n = session.n_requests
+        size = b["tokens"]
+        kinds = _BY_FLAGS[b["flags"]]  # one look-up for what the flags make of each block
+        human = kinds & _IS_HUMAN
+        #: Per block: its tokens where the human wrote it (else 0: what it adds to the
+        #: verbatim human tokens when sent verbatim), and whether it is an artifact (most
+        #: sessions have none: then one list of False shared by all).
+        self.human_of = (size * human).tolist()
+        if int(np.bitwise_or.reduce(kinds, initial=0)) & _IS_ARTIFACT:
+            self.artifact_of = ((kinds & _IS_ARTIFACT) != 0).tolist()
+        else:
+            self.artifact_of = _NO_ARTIFACTS.upto(m)
+        self.human_at = self._human_at(np.flatnonzero(human), n)
+        #: Per block: _READ_OK where it is a successful read result of a file, _USE_OK
+        #: where it is a tool call naming a file (whatever its origin).
+        self._named = kinds & _BY_KIND[b["kind"]]
+        self._named *= b["path_hash"] != 0
+        #: The blocks whose being sent verbatim the facts depend on, ascending, then a
+        #: sentinel: the human's, the artifacts, the read results a use may be paired with
+        #: (with the loop, which reads anything back, every block). `verbatim` holds every
+        #: one of them the view sends verbatim; other blocks it may or may not hold.
+        if not self.looped:
+            picked = np.flatnonzero((kinds & (_IS_HUMAN | _IS_ARTIFACT)) | (self._named & _READ_OK))
+            self.relevant = picked.tolist()
+        else:
+            self.relevant = list(range(m))
+        self.relevant.append(_PAST)
+        #: Without the loop: per request, the latest read older than each of its uses, in
+        #: the logical history of that request (None where there is none).
+        self.lasts_at = [None] * n
+        if not self.looped:
+            self._last_reads(n)
+
+    def _init_state(self) -> None:
+        """The running state of the last view seen (nothing seen yet)."""
         # The last view seen and how many items it held, and the running totals over
         # them: human tokens sent verbatim, tokens of items that are no history block (the
         # prefix, a policy's own), artifact tokens, and what they make the summary.

@@ -259,3 +259,39 @@ def _hand_session(tokens: list[int], human: list[int]) -> Session:
         "output_recorded": np.zeros(2),
     }
     return hand_session(blocks, requests, "claude-sonnet-4-5-20250929")
+
+
+def test_a_session_keeps_its_block_facts_for_its_next_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The set-up runs once per session: a second replay (another policy, a sweep's next
+    cell) takes what the first derived and gives the same columns; a session given other
+    blocks derives them again."""
+    from dataclasses import replace as with_fields
+
+    from simulator import policy
+    from simulator.model import Trace
+    from simulator.replay import replay
+    from traces.synthetic import synthetic_session
+
+    derived: list[int] = []
+    real = SessionLoss._facts_of_blocks
+
+    def counted(self: SessionLoss, session: Session, m: int) -> None:
+        derived.append(m)
+        real(self, session, m)
+
+    monkeypatch.setattr(SessionLoss, "_facts_of_blocks", counted)
+    session = synthetic_session(300, seed=5)
+    traces = [("s", Trace("claude-code", "s", [session]))]
+    columns = list(loss.LOSS_SCHEMA)
+    first = replay(traces, policy.build("as-recorded"), loss=True).select(columns)
+    again = replay(traces, policy.build("masking"), loss=True)
+    assert len(derived) == 1
+    assert replay(traces, policy.build("as-recorded"), loss=True).select(columns).equals(first)
+    fresh = [("s", Trace("claude-code", "s", [synthetic_session(300, seed=5)]))]
+    assert again.equals(replay(fresh, policy.build("masking"), loss=True))
+    assert len(derived) == 2  # the fresh session's own
+    session.blocks = with_fields(session.blocks, data=dict(session.blocks.data))
+    assert replay(traces, policy.build("as-recorded"), loss=True).select(columns).equals(first)
+    assert len(derived) == 3
