@@ -208,6 +208,7 @@ class _State(ConversationSession):
         self._roles: list[int] = ctx.session.blocks["role"].tolist()
         #: The item the previous request's final message marker was on (`breakpoints`).
         self._final_mark: int | None = None
+        self._final_at = -1  # its index among the items then
 
     def _suggestion_write(self, k: int, out: Emitter) -> None:
         """The prompt-suggestion fork (policies/prompt_suggestion.py) wrote the
@@ -292,9 +293,10 @@ class _State(ConversationSession):
             if fork:
                 return [*marks, Breakpoint(last, ttl)]
             before = self._previous_message_mark(last)
-            self._final_mark = (
-                self.conv.items[last - self.conv.n_prefix] if (last >= self.conv.n_prefix) else None
-            )
+            conv = self.conv
+            at = last - conv.n_prefix
+            self._final_mark = conv.items[at] if at >= 0 else None
+            self._final_at = at
             if before < 0:
                 return [*marks, Breakpoint(last, ttl)]
             kept = marks[-(MAX_BREAKPOINTS - 2) :]
@@ -316,10 +318,15 @@ class _State(ConversationSession):
         conv = self.conv
         n = conv.n_prefix
         previous = self._final_mark
-        at = conv.index_of(previous) if previous is not None else None
+        at: int | None = self._final_at
+        items = conv.items
+        if previous is None:
+            at = None
+        elif not (at is not None and at < len(items) and items[at] == previous):
+            at = conv.index_of(previous)  # items left or moved since (mostly not: appends)
         if not conv.prefix.restored and (at is None or last - (n + at) <= ANTHROPIC_LOOKBACK):
             return -1
-        items, roles, kinds = conv.items, self._roles, conv.kinds
+        roles, kinds = self._roles, conv.kinds
         q = last - n
         if q < 0 or items[q] < 0:
             return -1
