@@ -8,13 +8,13 @@ one run (`make bench`): the machines are shared and noisy, so the two sides run 
 in each of 15 rounds, in process CPU time, and the ratio is the median of the rounds' ratios
 (`_ratio` says why not the fastest round of each side).
 
-Measured (five runs, load 0.9-2.9 on the shared 2-core machine, others' benchmarks
-running; corpus / synthetic): as-recorded 0.97-1.25x / 1.02-1.16x, claude-code 1.06-1.22x /
-1.09-1.21x, masking 1.05-1.27x / 1.05-1.34x; before, one run at load 2.7: 1.31x, 1.24x,
-1.18x / 1.26x, 1.19x, 1.23x. Under such load the wall-clock ratio moves by 10 to 30 points
-from run to run. The instructions the columns add to the replay (callgrind, which the load
-does not move; simulator/loss.py's module docstring), before -> after: as-recorded 19.1% ->
-12.2% / 19.0% -> 12.7%, masking 16.5% -> 11.3% / 15.3% -> 9.8%."""
+Measured (three runs this round, the last with the set-up kept, on the shared 2-core
+machine, load 1.0-2.6, the paired ratio, corpus / synthetic): as-recorded 1.10-1.24x /
+1.17-1.20x, claude-code 1.11-1.19x / 1.11-1.21x, masking 1.08-1.20x / 1.01-1.17x; the
+fastest-round ratios of the same runs 0.94-1.34x / 0.88-1.47x. The instructions the
+columns add to the replay (callgrind, which the load does not move; simulator/loss.py's
+module docstring): masking on the synthetic session 8.95% -> 7.67% this round; the
+set-up, 4% of the as-recorded corpus replay, is now paid once per session."""
 
 from __future__ import annotations
 
