@@ -145,19 +145,18 @@ def test_the_view_keeps_what_its_observer_saw(
     assert untouched.seen is None and untouched.changed == 0
 
 
-def test_a_masked_item_is_one_rewrite(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Masking's edit (one old result rewritten in place, the rest the same, then new
-    items) takes the one-item path: hand-computed totals."""
+def _six_blocks(human: list[int]) -> tuple[History, Session, SessionLoss]:
+    """Six blocks of 100-600 tokens (hashes 11-16), the `human` ones the human's, and a
+    tracker of them."""
     history = History.__new__(History)
     history.hashes = [11, 12, 13, 14, 15, 16]
     history.tokens = [100, 200, 300, 400, 500, 600]
-    session = _hand_session(history.tokens, human=[0, 3])
-    tracker = SessionLoss(session, history.hashes, history.tokens)
-    view = View(1)
-    view.extend_blocks([0, 1, 2, 3], history.hashes, history.tokens)
-    assert tracker.facts(0, view, REQUEST)[1] == 100 + 400
-    view.replace(3, 3, 99, 5)  # the human block at 3 masked: no longer verbatim
-    view.extend_blocks([4], history.hashes, history.tokens)
+    session = _hand_session(history.tokens, human=human)
+    return history, session, SessionLoss(session, history.hashes, history.tokens)
+
+
+def _spy_rewrites(tracker: SessionLoss, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The positions the tracker rewrites one at a time from now on ("one@p")."""
     calls: list[str] = []
     real = tracker._rewrite_one
 
@@ -166,6 +165,19 @@ def test_a_masked_item_is_one_rewrite(monkeypatch: pytest.MonkeyPatch) -> None:
         real(v, p)
 
     monkeypatch.setattr(tracker, "_rewrite_one", spy)
+    return calls
+
+
+def test_a_masked_item_is_one_rewrite(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Masking's edit (one old result rewritten in place, the rest the same, then new
+    items) takes the one-item path: hand-computed totals."""
+    history, _, tracker = _six_blocks(human=[0, 3])
+    view = View(1)
+    view.extend_blocks([0, 1, 2, 3], history.hashes, history.tokens)
+    assert tracker.facts(0, view, REQUEST)[1] == 100 + 400
+    view.replace(3, 3, 99, 5)  # the human block at 3 masked: no longer verbatim
+    view.extend_blocks([4], history.hashes, history.tokens)
+    calls = _spy_rewrites(tracker, monkeypatch)
     assert tracker.facts(1, view, REQUEST)[1] == 100
     assert calls == ["one@3"]
     view.replace(3, 3, 14, 400)  # back as it was
@@ -177,23 +189,12 @@ def test_items_rewritten_in_place_are_one_rewrite_each(monkeypatch: pytest.Monke
     """Masking's request that masks two old observations (the same blocks at the same
     positions, two of them rewritten, then new items) takes one rewrite per changed item,
     not the search; an item of the policy's own that changes size moves the summary."""
-    history = History.__new__(History)
-    history.hashes = [11, 12, 13, 14, 15, 16]
-    history.tokens = [100, 200, 300, 400, 500, 600]
-    session = _hand_session(history.tokens, human=[1, 3])
-    tracker = SessionLoss(session, history.hashes, history.tokens)
+    history, session, tracker = _six_blocks(human=[1, 3])
     view = View(1)
     view.append(NO_BLOCK, 77, session.prefix_tokens + 50)  # 50 tokens beyond the prefix
     view.extend_blocks([0, 1, 2, 3], history.hashes, history.tokens)
     assert tracker.facts(0, view, REQUEST)[1:3] == (200 + 400, 50)
-    calls: list[str] = []
-    real = tracker._rewrite_one
-
-    def spy(v: View, p: int) -> None:
-        calls.append(f"one@{p}")
-        real(v, p)
-
-    monkeypatch.setattr(tracker, "_rewrite_one", spy)
+    calls = _spy_rewrites(tracker, monkeypatch)
     view.truncate(0)  # re-chained from the start, as a policy's sync does
     view.append(NO_BLOCK, 77, session.prefix_tokens + 80)
     view.extend_items([0, 1, 2, 3], [11, 99, 13, 98], [100, 5, 300, 5])
