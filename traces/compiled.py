@@ -88,6 +88,13 @@ UNREADABLE = "unreadable"
 #: of constant columns decoded to 2.1 GB (issue 17).
 _MAX_DECODE_RATIO = 64
 _DECODE_FREE = 64 << 20
+
+
+def _decode_limit(stored: int) -> int:
+    """The most bytes an entry or table of `stored` bytes may decode to."""
+    return max(_DECODE_FREE, _MAX_DECODE_RATIO * stored)
+
+
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _LOCAL_HEADER = b"PK\x03\x04"
 _EMPTY_ZIP = b"PK\x05\x06"
@@ -415,7 +422,7 @@ def _unzip(data: bytes, label: str) -> tuple[dict[str, Any], dict[str, bytes]]:
 def _extract(zf: zipfile.ZipFile, name: str, stored: int, label: str) -> bytes:
     """One member's bytes, refused from its declared size when that is far beyond the file's."""
     size = zf.getinfo(name).file_size
-    if size > max(_DECODE_FREE, _MAX_DECODE_RATIO * stored):
+    if size > _decode_limit(stored):
         raise TraceError(label, 0, CORRUPT, f"{name} would extract to {size} bytes")
     try:
         return zf.read(name)
@@ -617,7 +624,7 @@ def _read_frame(
     so it is bounded before anything is decoded, and the frame must decode to exactly that
     size (the codec refuses a frame that is larger or smaller)."""
     layout, size = _layout(int(n_blocks.sum()), int(n_requests.sum()))
-    limit = max(_DECODE_FREE, _MAX_DECODE_RATIO * len(raw))
+    limit = _decode_limit(len(raw))
     if size > limit:
         raise TraceError(label, 0, CORRUPT, f"{COLUMNS} of {len(raw)} bytes would decode to {size}")
     try:
@@ -680,7 +687,7 @@ def _read_table(
             for j in range(meta.num_columns)
         )
         size = max(meta.num_rows * width, declared)
-        limit = max(_DECODE_FREE, _MAX_DECODE_RATIO * len(raw))
+        limit = _decode_limit(len(raw))
         if size > limit:
             raise TraceError(
                 label, 0, CORRUPT, f"{entry} of {len(raw)} bytes would decode to {size}"
