@@ -126,6 +126,14 @@ def _natural_width(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> 
 def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
     """Indexes of the columns kept at `width`: optional ones are left out, lowest rank
     first, until the rest fit."""
+    return _fit(columns, rows, width)[0]
+
+
+def _fit(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int
+) -> tuple[list[int], int]:
+    """`fit`, and the natural width of the columns kept (above `width` where even the
+    always-shown ones do not fit)."""
     kept = list(range(len(columns)))
     optional = sorted(
         (i for i, c in enumerate(columns) if c.drop is not None),
@@ -134,8 +142,9 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) ->
     while True:
         shown = [columns[i] for i in kept]
         body = [[row[i] for i in kept] for row in rows]
-        if _natural_width(shown, body) <= width or not optional:
-            return kept
+        natural = _natural_width(shown, body)
+        if natural <= width or not optional:
+            return kept, natural
         kept.remove(optional.pop(0))
 
 
@@ -152,11 +161,10 @@ def render(
     for row in rows:
         if len(row) != len(columns):
             raise ValueError(f"a row of {len(row)} cells for {len(columns)} columns")
-    kept = fit(columns, rows, width)
+    kept, natural = _fit(columns, rows, width)
     shown = [columns[i] for i in kept]
     body = [[row[i] for i in kept] for row in rows]
-    squeeze = _natural_width(shown, body) > width
-    lines = _draw(_table(shown, body, title, squeeze), width)
+    lines = _draw(_table(shown, body, title, squeeze=natural > width), width)
     hidden = [c.header for i, c in enumerate(columns) if i not in kept]
     extra = list(notes)
     if hidden:
