@@ -41,9 +41,9 @@ as-recorded 19.1% -> 12.2% (corpus), 19.0% -> 12.7% (synthetic); masking 16.5% -
 (`SessionLoss.__init__`, about 320,000 instructions a session on the corpus, 3.5% of the
 as-recorded replay) is a dozen numpy calls and the pairing of file reads and uses, paid
 once per session and process: the session keeps it for its next replay (`_KEPT`); the
-extra columns about 1.2%. Wall-clock ratios (fastest of 7 rounds of process time, five
-runs on a shared 2-core machine at load 0.9-2.9): corpus 0.97-1.27x, synthetic 1.02-1.34x,
-moving by 10 to 30 points from run to run (tests/bench/test_bench_loss.py).
+extra columns about 1.2%. Wall-clock ratios, the median of 15 paired rounds (four runs on
+a shared 2-core machine at load 1.0-2.6): corpus 1.06-1.24x, synthetic 1.01-1.22x
+(tests/bench/test_bench_loss.py, which says why paired).
 tests/simulator/test_replay_properties.py checks the columns against a from-scratch
 recount, tests/simulator/test_loss.py every path of the tracker against a recount after
 random edits of the view.
@@ -75,13 +75,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from simulator.model import Flag, Kind, Session, Trace
+from simulator.model import Columns, Flag, Kind, Session, Trace
 from simulator.policy import Call, Policy
 from simulator.pricing import PriceBook
 from simulator.refetch import SessionLoop
@@ -167,6 +167,21 @@ _PAST = 1 << 62
 #: changed once read (the readers and traces/builder.py build them whole).
 _KEPT = "_loss_kept"
 
+
+class _Kept(NamedTuple):
+    """What a session keeps under `_KEPT`: the blocks and sizes it was derived from, then
+    `SessionLoss`'s attributes of the same names."""
+
+    blocks: Columns
+    sizes: tuple[int, int]  # blocks, requests
+    human_of: list[int]
+    artifact_of: list[bool]
+    human_at: list[int]
+    named: npt.NDArray[np.uint8]
+    relevant: list[int]
+    lasts_at: list[list[int] | None]
+
+
 #: Below this many file reads and uses in a session, `SessionLoss` pairs them in one Python
 #: pass; from it on, in numpy (the shared Claude Code corpus: 34 per session on average,
 #: where a dozen numpy calls cost more than the pass; the 10,000-request synthetic session
@@ -221,17 +236,21 @@ class SessionLoss:
         self._named: npt.NDArray[np.uint8]
         self.relevant: list[int]
         self.lasts_at: list[list[int] | None]
-        key = (len(b), n)
-        kept = session.__dict__.get(_KEPT) if loop is None else None
-        if kept is not None and kept[0] is b and kept[1] == key:
-            self.human_of, self.artifact_of, self.human_at, self._named = kept[2:6]
-            self.relevant, self.lasts_at = kept[6:]
+        sizes = (len(b), n)
+        kept: _Kept | None = session.__dict__.get(_KEPT) if loop is None else None
+        if kept is not None and kept.blocks is b and kept.sizes == sizes:
+            self.human_of = kept.human_of
+            self.artifact_of = kept.artifact_of
+            self.human_at = kept.human_at
+            self._named = kept.named
+            self.relevant = kept.relevant
+            self.lasts_at = kept.lasts_at
             return
         self._facts_of_blocks(session, len(hashes))
         if loop is None:
-            session.__dict__[_KEPT] = (
+            session.__dict__[_KEPT] = _Kept(
                 b,
-                key,
+                sizes,
                 self.human_of,
                 self.artifact_of,
                 self.human_at,
