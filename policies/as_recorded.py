@@ -17,9 +17,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from policies.base import KEPT_WARM_MS, PREFIX_RESETS, WARM_START
+from policies.base import KEPT_WARM_MS, PREFIX_RESETS, WARM_START, previous_message_end
 from policies.prompt_suggestion import post_turn_writes
-from simulator.model import NEVER, Flag, Kind
+from simulator.model import NEVER, Flag
 from simulator.params import Declarations
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.prefix import PrefixState, infer
@@ -139,15 +139,8 @@ class _State(SessionPolicy):
         last = self.pos.get(self.last_mark, -1)
         if not self.prefix.restored and (last < 0 or mark - last <= ANTHROPIC_LOOKBACK):
             return -1
-        roles, kinds = self.roles, self.kinds
-        end = len(ids) - 1
-        q = end
-        role = roles[ids[q]]
-        while q >= self.n_prefix and roles[ids[q]] == role:
-            q -= 1
-        if q < self.n_prefix or q >= mark or kinds[ids[q]] == Kind.THINKING:
-            return -1
-        return q
+        q = previous_message_end(ids, self.n_prefix, self.roles, self.kinds)
+        return q if q < mark else -1
 
     def step(self, k: int, out: Emitter) -> None:
         self._sync(k)

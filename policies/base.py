@@ -18,7 +18,7 @@ import numpy as np
 
 from policies.calibration.summary import SUMMARY_CAP, summary_tokens
 from policies.conversation import Conversation
-from simulator.model import Flag
+from simulator.model import Flag, Kind
 from simulator.params import Param, choice, count, flag, tokens
 from simulator.policy import Call, Emitter, SessionContext, SessionPolicy
 from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View, chain
@@ -70,6 +70,23 @@ def ttl_ms(setting: str, recorded: int) -> int:
     if setting == "recorded":
         return recorded
     raise ValueError(f"cache.ttl must be 5m, 1h or recorded, not {setting!r}")
+
+
+def previous_message_end(ids: list[int], n_prefix: int, roles: list[int], kinds: list[int]) -> int:
+    """The view position of the last block of the message before the view's last one, or -1
+    where there is none to mark: the walk back over the last message's blocks (the run of
+    one role) stops at the prefix and at an item that is no history block, and a thinking
+    block is never marked. Where Claude Code's second message marker goes (it marks the
+    last two messages: policies/as_recorded.py `_previous_message_mark`)."""
+    q = len(ids) - 1
+    if q < n_prefix or ids[q] < 0:
+        return -1
+    role = roles[ids[q]]
+    while q >= n_prefix and ids[q] >= 0 and roles[ids[q]] == role:
+        q -= 1
+    if q < n_prefix or ids[q] < 0 or kinds[ids[q]] == Kind.THINKING:
+        return -1
+    return q
 
 
 class ConversationSession(SessionPolicy):

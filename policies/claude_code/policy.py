@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.base import ConversationSession, ttl_ms
+from policies.base import ConversationSession, previous_message_end, ttl_ms
 from policies.calibration.summary import BEYOND_FILE_RULE, compaction_output_tokens
 from policies.claude_code.autocompact import Autocompact, Limits
 from policies.claude_code.budget import Budget
@@ -44,7 +44,7 @@ from policies.claude_code.recorded import recorded_compactions
 from policies.claude_code.settings import client_window, env_truthy, standard_window_from
 from policies.claude_code.snip import Snip
 from policies.prompt_suggestion import post_turn_writes
-from simulator.model import Kind, version_tuple
+from simulator.model import version_tuple
 from simulator.models import STANDARD_WINDOW
 from simulator.params import Declarations
 from simulator.policy import (
@@ -292,7 +292,7 @@ class _State(ConversationSession):
         if last >= 0 and (not marks or marks[-1].position < last):
             if fork:
                 return [*marks, Breakpoint(last, ttl)]
-            before = self._previous_message_mark(last)
+            before = self._previous_message_mark(view, last)
             conv = self.conv
             at = last - conv.n_prefix
             self._final_mark = conv.items[at] if at >= 0 else None
@@ -303,7 +303,7 @@ class _State(ConversationSession):
             return [*kept, Breakpoint(before, ttl), Breakpoint(last, ttl)]
         return list(marks)
 
-    def _previous_message_mark(self, last: int) -> int:
+    def _previous_message_mark(self, view: View, last: int) -> int:
         """The view position of the last block of the message before the last one, where
         a marker there changes what this request reads, else -1: Claude Code marks the last
         two messages (policies/as_recorded.py `_previous_message_mark` has the source and
@@ -326,16 +326,7 @@ class _State(ConversationSession):
             at = conv.index_of(previous)  # items left or moved since (mostly not: appends)
         if not conv.prefix.restored and (at is None or last - (n + at) <= ANTHROPIC_LOOKBACK):
             return -1
-        roles, kinds = self._roles, conv.kinds
-        q = last - n
-        if q < 0 or items[q] < 0:
-            return -1
-        role = roles[items[q]]
-        while q >= 0 and items[q] >= 0 and roles[items[q]] == role:
-            q -= 1
-        if q < 0 or items[q] < 0 or kinds[items[q]] == Kind.THINKING:
-            return -1
-        return n + q
+        return previous_message_end(view.ids, n, self._roles, conv.kinds)
 
     def _system_marks(self, ttl: int) -> list[Breakpoint]:
         """The system markers (ascending) with `ttl`: made once per TTL, not per request,

@@ -69,5 +69,5 @@ def test_a_turn_within_the_lookback_needs_no_second_marker() -> None:
 def test_one_marker_alone_misses_past_the_lookback(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the second marker changes: without it the last marker's lookback finds no
     entry, so request 1 reads only the prefix, warm from request 0."""
-    monkeypatch.setattr(cc._State, "_previous_message_mark", lambda self, last: -1)
+    monkeypatch.setattr(cc._State, "_previous_message_mark", lambda self, view, last: -1)
     assert request_1(turn(11), "claude-code") == (5_000, 2_210, 7_210)
