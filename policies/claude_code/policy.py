@@ -318,12 +318,12 @@ class _State(ConversationSession):
         conv = self.conv
         n = conv.n_prefix
         previous = self._final_mark
-        at: int | None = self._final_at
-        items = conv.items
-        if previous is None:
-            at = None
-        elif not (at is not None and at < len(items) and items[at] == previous):
-            at = conv.index_of(previous)  # items left or moved since (mostly not: appends)
+        at: int | None = None
+        if previous is not None:
+            at = self._final_at
+            items = conv.items
+            if not (at < len(items) and items[at] == previous):
+                at = conv.index_of(previous)  # items left or moved since (mostly: appends)
         if not conv.prefix.restored and (at is None or last - (n + at) <= ANTHROPIC_LOOKBACK):
             return -1
         return previous_message_end(view.ids, n, self._roles, conv.kinds)
