@@ -203,6 +203,22 @@ def _summary_table(requests: pl.DataFrame, sessions: pl.DataFrame) -> tuple[str,
     return _table(SUMMARY_HEADER, rows, left=2), note
 
 
+def _compared_note(sessions: pl.DataFrame) -> str:
+    """Where only some sessions logged usage of priced models, what "vs recorded" is taken
+    over (the cost column covers every session, so the two do not divide into each other)."""
+    if "recorded_cost" not in sessions.columns:
+        return ""
+    for v in versus_recorded(sessions).iter_rows(named=True):
+        if 0 < v["compared_sessions"] < v["sessions"]:
+            return (
+                f"vs recorded: the spec's dollars against the recording's "
+                f"(${v['recorded_cost']:,.4f}) over the {v['compared_sessions']:,} of "
+                f"{v['sessions']:,} sessions that logged usage of priced models; cost covers "
+                "every session."
+            )
+    return ""
+
+
 def _defaults(name: str) -> dict[str, Any] | None:
     """The parameters a registered policy is built with by default (None: not registered
     here, e.g. a run made by another version): what a spec is shown against."""
@@ -449,6 +465,9 @@ def render(
     unpriced = int(requests["cost_total"].null_count())
     if unpriced:
         parts.append(f"<p>* dollars leave out {unpriced:,} call(s) whose model has no price.</p>")
+    compared = _compared_note(sessions)
+    if compared:
+        parts.append(f"<p>{escape(compared)}</p>")
     if not has_loss(requests):
         parts.append("<p>This run's rows carry no loss proxies (made by an older ctxsim).</p>")
     parts.append("<h2>Charts</h2>")

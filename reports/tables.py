@@ -226,7 +226,11 @@ OVERFLOW_MARK = "!"
 def render_run_summary(outputs: Any, width: int | None = None) -> str:
     """Per policy spec: recorded and simulated dollars and their difference, compactions,
     overflows (marked), breaker trips, cache hit ratio and the loss proxies
-    (reports/METRICS.md); a policy that overflowed is marked and named under the table."""
+    (reports/METRICS.md); a policy that overflowed is marked and named under the table.
+
+    Where some sessions logged no usage (or use an unpriced model), recorded $, simulated $
+    and diff are all taken over the sessions that did, so each row adds up, and the
+    policy's dollars over every session get a column of their own."""
     from simulator.frames import policy_summary, versus_recorded
 
     summary = policy_summary(outputs.requests)
@@ -235,7 +239,7 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
         (r["policy"], r["params_hash"]): r
         for r in versus_recorded(outputs.sessions).iter_rows(named=True)
     }
-    partial = False
+    partial = any(0 < v["compared_sessions"] < v["sessions"] for v in versus.values())
     columns = [
         Column("policy", wrap=True),
         Column("params", drop=1),
@@ -243,6 +247,7 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
         Column("simulated $", right=True),
         Column("diff $", right=True),
         Column("diff %", right=True, drop=4),
+        *([Column("all sessions $", right=True, drop=2)] if partial else []),
         Column("compact", right=True),
         Column("overflow", right=True),
         Column("trips", right=True, drop=3),
@@ -266,15 +271,15 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
         v = versus.get((r["policy"], r["params_hash"]))
         compared = v["compared_cost"] if v and v["compared_sessions"] else None
         base = v["recorded_cost"] if v and v["compared_sessions"] else None
-        partial = partial or bool(v and v["compared_sessions"] < v["sessions"])
         rows.append(
             [
                 r["policy"],
                 r["params_hash"],
                 _usd(base),
-                cost,
+                _usd(compared) if partial else cost,
                 _signed_usd(compared, base),
                 _signed_share(compared, base),
+                *([cost] if partial else []),
                 _count(r["compactions"]),
                 overflows,
                 _count(r["breaker_trips"]),
@@ -292,15 +297,18 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
         )
     if unpriced:
         notes.append("* dollars leave out calls whose model has no price")
-    if recorded is not None:
-        notes.append(
-            f"recorded: ${recorded:,.4f}, the usage the traces logged, priced the same way; "
-            "diff: simulated - recorded"
-        )
     if partial:
+        counts = next(v for v in versus.values() if v["compared_sessions"])
         notes.append(
-            "recorded $ and diff cover the sessions that logged usage only; simulated $ "
-            "covers every session"
+            f"recorded $ (${counts['recorded_cost']:,.4f}), simulated $ and diff cover the "
+            f"{counts['compared_sessions']:,} of {counts['sessions']:,} sessions that logged "
+            "usage of priced models; all sessions $: the policy's dollars over every session"
+        )
+    if recorded is not None:
+        whole = " (every priced call)" if partial else ""
+        notes.append(
+            f"recorded: ${recorded:,.4f}{whole}, the usage the traces logged, priced the same "
+            "way; diff: simulated - recorded"
         )
     notes.append(
         "compact: compaction calls; overflow: requests over the window; human kept: the "

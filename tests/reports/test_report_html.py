@@ -12,6 +12,7 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
+import polars as pl
 import pytest
 from click.testing import CliRunner, Result
 
@@ -219,6 +220,17 @@ def test_the_report_reads_each_policy_against_the_recording(tmp_path: Path) -> N
     assert f"recorded usage priced the same way: ${recorded:,.4f}" in html
     assert "all policies" not in html
     assert "vs recorded" in html
+    # The samples' SWE-agent trajectory logged no usage: "vs recorded" is over the other
+    # five sessions, and the page says so (the cost column covers all six).
+    logged = [s for s in run.sessions.filter(pl.col("policy") == "as-recorded").iter_rows(
+        named=True) if s["recorded_cost"] is not None]  # fmt: skip
+    assert len(logged) == 5
+    base = sum(s["recorded_cost"] for s in logged)
+    assert (
+        f"vs recorded: the spec&#x27;s dollars against the recording&#x27;s (${base:,.4f}) "
+        "over the 5 of 6 sessions that logged usage of priced models; cost covers every "
+        "session." in html
+    )
     assert "each session under the preset of its recorded version" in html
     base = len(run.manifest["policies"][2]["params"]) - 1
     assert f"autocompact.buffer_tokens=8000; {base} more at their defaults" in html

@@ -103,6 +103,7 @@ def test_the_what_if_prints_dollars_events_and_losses_per_policy(
         "simulated $",
         "diff $",
         "diff %",
+        "all sessions $",
         "compact",
         "overflow",
         "trips",
@@ -113,22 +114,33 @@ def test_the_what_if_prints_dollars_events_and_losses_per_policy(
     ]
     rows = _summary_rows(result)
     assert set(rows) == {"as-recorded", "toy", "claude-code"}
-    # Only the tiny trace logged usage: the diff is each policy's dollars on that trace
-    # against the recording's, not its dollars on every trace.
+    # Only the tiny trace logged usage: recorded $, simulated $ and diff are each policy's
+    # dollars on that trace against the recording's, so the row adds up; its dollars on
+    # every trace are a column of their own.
     sessions = pl.read_parquet(tmp_path / "o" / "sessions.parquet")
     for policy, cells in rows.items():
         assert cells[2] == "0.0421"  # the recorded usage, the same for every policy
-        mine = sessions.filter((pl.col("policy") == policy) & (pl.col("trace") == "tiny"))
+        mine = sessions.filter(pl.col("policy") == policy)
+        tiny = mine.filter(pl.col("trace") == "tiny")["cost_total"].sum()
+        assert float(cells[3]) == pytest.approx(tiny, abs=1e-4)
         assert cells[4][0] in "+-"
-        assert float(cells[4]) == pytest.approx(mine["cost_total"].sum() - 0.04215, abs=1e-4)
+        assert float(cells[4]) == pytest.approx(tiny - 0.04215, abs=1e-4)
+        assert float(cells[4]) == pytest.approx(float(cells[3]) - float(cells[2]), abs=2e-4)
+        assert float(cells[6]) == pytest.approx(mine["cost_total"].sum(), abs=1e-4)
+        assert float(cells[6]) > float(cells[3])  # the other traces cost something too
     assert rows["as-recorded"][4] == "+0.0000"  # it sends what was sent: the same dollars
     toy = rows["toy"]
-    assert toy[6:9] == ["2", "4", "!"]  # two compaction calls; four overflows, marked
-    assert rows["as-recorded"][6:8] == ["0", "0"]
+    assert toy[7:10] == ["2", "4", "!"]  # two compaction calls; four overflows, marked
+    assert rows["as-recorded"][7:9] == ["0", "0"]
     text = " ".join(result.output.split())
     assert "! overflowed: toy (4) request(s) larger than the model's context window" in text
     assert "recorded: $0.0421" in text
-    assert "recorded $ and diff cover the sessions that logged usage only" in text
+    sessions_n = sessions.filter(pl.col("policy") == "toy").height
+    assert (
+        f"recorded $ ($0.0421), simulated $ and diff cover the 1 of {sessions_n} sessions "
+        "that logged usage of priced models; all sessions $: the policy's dollars over every "
+        "session" in text
+    )
 
 
 def test_a_narrow_terminal_keeps_the_what_if_figures(corpus: Path, tmp_path: Path) -> None:
