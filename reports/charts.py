@@ -280,9 +280,11 @@ def _outside_legend(ax: Axes, **options: Any) -> Legend:
 
 def cost_components(requests: pl.DataFrame) -> pl.DataFrame:
     """Dollars per spec and component (COMPONENTS), priced rows only."""
+    from simulator.frames import float_sum
+
     req = pl.col("kind") == "request"
-    parts = [pl.col(c).filter(req).sum().alias(c) for c, _, _ in COMPONENTS[:-1]]
-    parts.append(pl.col("cost_total").filter(~req).sum().alias("compaction"))
+    parts = [float_sum(pl.col(c).filter(req)).alias(c) for c, _, _ in COMPONENTS[:-1]]
+    parts.append(float_sum(pl.col("cost_total").filter(~req)).alias("compaction"))
     return requests.group_by("policy", "params_hash").agg(parts).sort("policy", "params_hash")
 
 

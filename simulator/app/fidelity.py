@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from simulator.frames import recorded
+from simulator.frames import float_sum, recorded
 from simulator.model import Trace
 from simulator.pricing import PriceBook
 from simulator.replay import add_costs
@@ -120,8 +120,8 @@ def summarize(per_request: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, Any]]:
             (pl.col("sim_cache_write_5m") + pl.col("sim_cache_write_1h"))
             .sum()
             .alias("sim_cache_write"),
-            pl.col("rec_cost").sum().alias("rec_cost"),
-            pl.col("sim_cost").sum().alias("sim_cost"),
+            float_sum(pl.col("rec_cost")).alias("rec_cost"),
+            float_sum(pl.col("sim_cost")).alias("sim_cost"),
             pl.col("rec_cost").null_count().cast(pl.Int64).alias("unpriced"),
         )
         .with_columns(

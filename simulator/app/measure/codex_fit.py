@@ -29,6 +29,7 @@ import polars as pl
 from simulator import policy as registry
 from simulator import prompt_cache
 from simulator.app.fidelity import compare
+from simulator.frames import float_sum
 from simulator.model import Session, Trace
 from simulator.pricing import PriceBook
 from simulator.prompt_cache import OPENAI_FAMILIES, OpenAIFamily
@@ -99,7 +100,9 @@ def _number(value: object) -> float:
 def figures(rows: pl.DataFrame) -> dict[str, float]:
     """Matched share, median |session cost error|, corpus cost error of some rows."""
     priced = rows.filter(pl.col("rec_cost").is_not_null() & pl.col("sim_cost").is_not_null())
-    sessions = priced.group_by("trace").agg(pl.col("rec_cost").sum(), pl.col("sim_cost").sum())
+    sessions = priced.group_by("trace").agg(
+        float_sum(pl.col("rec_cost")), float_sum(pl.col("sim_cost"))
+    )
     sessions = sessions.filter(pl.col("rec_cost") > 0)
     errors = ((sessions["sim_cost"] / sessions["rec_cost"]) - 1).abs()
     rec, sim = float(priced["rec_cost"].sum()), float(priced["sim_cost"].sum())
