@@ -218,6 +218,9 @@ def _count(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+#: The note under a table whose dollars, marked *, leave calls out (`ctxsim run`, `sweep`).
+UNPRICED_NOTE = "* dollars leave out calls whose model has no price"
+
 #: The mark of a policy that overflowed (a request larger than the model's window), in
 #: every table that shows policies (`ctxsim run`, `ctxsim compare`).
 OVERFLOW_MARK = "!"
@@ -296,7 +299,7 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
             "model's context window, which the API refuses; compare such a policy with care"
         )
     if unpriced:
-        notes.append("* dollars leave out calls whose model has no price")
+        notes.append(UNPRICED_NOTE)
     if partial:
         counts = next(v for v in versus.values() if v["compared_sessions"])
         notes.append(

@@ -163,7 +163,7 @@ def _table(cells: Any, names: dict[str, str]) -> str:
     """Per cell: policy, grid values, cost, compactions, overflows, breaker trips, and the
     loss proxies a reader weighs cost against (stale file references, re-sent tokens), to
     the terminal's width (reports/tables.py; matplotlib stays unimported)."""
-    from reports.tables import Column, render
+    from reports.tables import UNPRICED_NOTE, Column, render
     from simulator.frames import grid_keys
 
     keys = grid_keys(cells)
@@ -184,20 +184,27 @@ def _table(cells: Any, names: dict[str, str]) -> str:
         *(Column(LOSS_HEADS[c], right=True, drop=3) for c in loss),
     ]
     rows = []
+    unpriced = False
     for r in frame.iter_rows(named=True):
         cost = r["cost_total"]
+        shown = "-" if cost is None else f"{cost:,.4f}"
+        if cost is not None and r.get("unpriced_calls"):
+            shown += "*"
+            unpriced = True
         rows.append(
             [
                 r["policy"],
                 r["params_hash"],
                 *(_shown(r[k]) for k in keys),
-                "-" if cost is None else f"{cost:,.4f}",
+                shown,
                 *(
                     "-" if r[c] is None else f"{r[c]:,}"
                     for c in ("compactions", "overflows", "breaker_trips", *loss)
                 ),
             ]
         )
+    if unpriced:
+        notes.append(UNPRICED_NOTE)
     return render(columns, rows, notes=notes)
 
 
