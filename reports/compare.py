@@ -175,6 +175,8 @@ class Row:
     cand: Any
     limit: Limit | None
     crossed: bool
+    #: Calls each side's dollars leave out (no price for their model): cost rows only.
+    unpriced: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,10 @@ def compare(base: Run, cand: Run, limits: dict[str, Limit]) -> Comparison:
                     f"({scope}); made by an older ctxsim, or nothing to measure"
                 )
             crossed = limit is not None and limit.crossed(float(bv), float(cv), metric.worse)
-            rows.append(Row(scope, metric, bv, cv, limit, crossed))
+            unpriced = (0, 0)
+            if metric.unit == "usd":
+                unpriced = (int(b_sum["unpriced_calls"] or 0), int(c_sum["unpriced_calls"] or 0))
+            rows.append(Row(scope, metric, bv, cv, limit, crossed, unpriced))
     return Comparison(base, cand, pairs, rows, unpaired)
 
 
@@ -271,13 +276,29 @@ def _limit(metric: Metric, limit: Limit | None) -> str:
 OVERFLOW_MARK = "!"
 
 
-def _shown(metric: Metric, v: Any) -> str:
+def _shown(metric: Metric, v: Any, unpriced: int = 0) -> str:
     """A figure as shown, an overflow count above zero marked (issue 15: a policy whose
-    requests do not fit its window must not pass for the cheapest)."""
+    requests do not fit its window must not pass for the cheapest), and dollars that leave
+    out unpriced calls marked *."""
     text = _value(metric, v)
     if metric.key == "overflows" and v:
         text += " " + OVERFLOW_MARK
+    if unpriced and v is not None:
+        text += "*"
     return text
+
+
+def _unpriced_note(result: Comparison) -> str | None:
+    """The note on dollars marked *, with how many calls each side leaves out, or None."""
+    rows = [r for r in result.rows if r.scope != "overall" and any(r.unpriced)]
+    if not rows:
+        return None
+    base = sum(r.unpriced[0] for r in rows)
+    cand = sum(r.unpriced[1] for r in rows)
+    return (
+        f"* dollars leave out calls whose model has no price (baseline {base:,}, candidate "
+        f"{cand:,}); a change there is not in the dollars."
+    )
 
 
 def _overflow_note(result: Comparison) -> str | None:
@@ -332,14 +353,15 @@ def render_markdown(result: Comparison) -> str:
         previous = row.scope
         status = "" if row.limit is None else ("❌ crossed" if row.crossed else "✅ ok")
         lines.append(
-            f"| {scope} | {row.metric.label} | {_shown(row.metric, row.base)} | "
-            f"{_shown(row.metric, row.cand)} | {_change(row.metric, row.base, row.cand)} | "
+            f"| {scope} | {row.metric.label} | {_shown(row.metric, row.base, row.unpriced[0])} | "
+            f"{_shown(row.metric, row.cand, row.unpriced[1])} | "
+            f"{_change(row.metric, row.base, row.cand)} | "
             f"{_limit(row.metric, row.limit)} | {status} |"
         )
     lines.append("")
-    note = _overflow_note(result)
-    if note is not None:
-        lines += [note, ""]
+    for note in (_overflow_note(result), _unpriced_note(result)):
+        if note is not None:
+            lines += [note, ""]
     limited = [r for r in result.rows if r.limit is not None]
     if result.crossed:
         lines.append(f"**{len(result.crossed)} limit(s) crossed:**")
@@ -396,17 +418,14 @@ def render_terminal(result: Comparison, width: int | None = None) -> str:
             [
                 scope,
                 row.metric.label,
-                _shown(row.metric, row.base),
-                _shown(row.metric, row.cand),
+                _shown(row.metric, row.base, row.unpriced[0]),
+                _shown(row.metric, row.cand, row.unpriced[1]),
                 _change(row.metric, row.base, row.cand),
                 _limit(row.metric, row.limit),
                 status,
             ]
         )
-    notes = []
-    note = _overflow_note(result)
-    if note is not None:
-        notes.append(note)
+    notes = [n for n in (_overflow_note(result), _unpriced_note(result)) if n is not None]
     limited = [r for r in result.rows if r.limit is not None]
     if result.crossed:
         notes.append(f"{len(result.crossed)} limit(s) crossed:")

@@ -24,7 +24,9 @@ from reports.compare import METRICS, Limit, parse_limit
 from simulator import policy as registry
 from simulator.app.cli import main
 from simulator.app.pytest_plugin import Replay
-from tests.support.report_helpers import Toy, trace_a, trace_b
+from simulator.model import Flag, Kind, Role, Trace
+from tests.support.report_helpers import MINUTE, T0, Toy, trace_a, trace_b
+from traces.builder import Hasher, SessionBuilder
 
 TRACES = [("a", trace_a()), ("b", trace_b())]
 HEADER = "| policy | metric | baseline | candidate | change | limit | status |"
@@ -311,3 +313,44 @@ def test_the_terminal_table_fits_and_flags_the_overflowing_policy(
     text = " ".join(lines)
     assert "! overflowed: candidate as-recorded → toy (1)" in text
     assert "1 limit(s) crossed:" in text
+
+
+def _unpriced_trace(model: str, requests: int) -> Trace:
+    """`requests` requests of `model`, a minute apart, each adding 500 tokens."""
+    b = SessionBuilder(Hasher(b"unpriced"), id="s-u", kind="main", client="test")
+    b.prefix_tokens = 2_000
+    for k in range(requests):
+        b.add_block(
+            msg=k, kind=Kind.TEXT, role=Role.USER, text=f"t{k}", ts=T0 + k * MINUTE - 1,
+            first_request=k, tokens=500, flags=Flag.HUMAN,
+        )  # fmt: skip
+        b.add_request(ts=T0 + k * MINUTE, model=model, usage=None)
+    return Trace("claude-code", "u", [b.finish()])
+
+
+def test_dollars_that_leave_out_unpriced_calls_are_marked(
+    tmp_path: Path, ctxsim_replay: Callable[..., Replay]
+) -> None:
+    """A session on a model with no price adds nothing to either side's dollars: the cost
+    row says so, with how many calls each side leaves out."""
+    traces = [*TRACES, ("u", _unpriced_trace("no-such-model-7", 3))]
+    base = ctxsim_replay(traces, policy="as-recorded").write(tmp_path / "base")
+    cand = ctxsim_replay(traces, policy="as-recorded").write(tmp_path / "cand")
+    for markdown in (True, False):
+        result = compare(base, cand, markdown=markdown)
+        assert result.exit_code == 0, result.output
+        text = " ".join(result.output.split())
+        assert "$0.0320* | $0.0320*" in text if markdown else "$0.0320* $0.0320*" in text
+        assert (
+            "* dollars leave out calls whose model has no price (baseline 3, candidate 3); a "
+            "change there is not in the dollars." in text
+        )
+    plain = compare(*runs_of(tmp_path, ctxsim_replay), markdown=False)
+    assert "*" not in plain.output
+
+
+def runs_of(tmp_path: Path, ctxsim_replay: Callable[..., Replay]) -> tuple[Path, Path]:
+    """Two runs on traces whose every model has a price."""
+    base = ctxsim_replay(TRACES, policy="as-recorded").write(tmp_path / "p-base")
+    cand = ctxsim_replay(TRACES, policy="as-recorded").write(tmp_path / "p-cand")
+    return base, cand
