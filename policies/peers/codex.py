@@ -58,6 +58,7 @@ from simulator.policy import (
     Emitter,
     Limits,
     Policy,
+    PolicySpec,
     SessionContext,
     SessionPolicy,
     register,
@@ -644,10 +645,13 @@ PARAMS: dict[str, Param] = {
 }
 
 
-@register
 class Codex(Policy):
     """Codex CLI: compact at min(model_auto_compact_token_limit, 0.9 x window) into the
-    initial context, the newest 20,000 tokens of user messages and a handoff summary."""
+    initial context, the newest 20,000 tokens of user messages and a handoff summary.
+
+    The rules as documented (DESIGN.md 5), which each version's preset overrides
+    (`PRESETS`); registered as those presets and as `codex`, which matches each session
+    to its own version's."""
 
     name = "codex"
     version = "2"
@@ -683,3 +687,80 @@ class Codex(Policy):
 
     def session(self, ctx: SessionContext) -> SessionPolicy:
         return CodexSession(ctx, self.params)
+
+
+def _client_version(client: str) -> str:
+    """The Codex CLI version of a recording's client ("codex 0.144.2"); "" for a session of
+    another client, which `preset_for` gives the newest preset."""
+    words = client.split()
+    return words[-1] if len(words) == 2 and words[0] == "codex" else ""
+
+
+@register
+class Codex046(Codex):
+    """Codex CLI before 0.47 (0.40-0.42 recorded in ../shared/traces): a per-model limit of
+    350,000 tokens and no window bound (`PRESETS`)."""
+
+    name = "codex@0.46"
+    version = "0.46"
+    defaults: ClassVar[dict[str, Any]] = {**Codex.defaults, **PRESETS[0][1]}
+
+
+@register
+class Codex047(Codex):
+    """Codex CLI 0.47-0.117: compact at a share of the logged window, keep every client
+    message before the first human one (`PRESETS`)."""
+
+    name = "codex@0.47"
+    version = "0.47"
+    defaults: ClassVar[dict[str, Any]] = {**Codex.defaults, **PRESETS[1][1]}
+
+
+@register
+class Codex0118(Codex):
+    """Codex CLI 0.118-0.139: codex-rs's own count against 0.9 x the catalog window; the
+    compacted history keeps each turn's last answer (`PRESETS`)."""
+
+    name = "codex@0.118"
+    version = "0.118"
+    defaults: ClassVar[dict[str, Any]] = {**Codex.defaults, **PRESETS[2][1]}
+
+
+@register
+class Codex0140(Codex):
+    """Codex CLI 0.140 on (recorded up to 0.146): 0.118's rules without the kept answers
+    (`PRESETS`)."""
+
+    name = "codex@0.140"
+    version = "0.140"
+    defaults: ClassVar[dict[str, Any]] = {**Codex.defaults, **PRESETS[3][1]}
+
+
+@register
+class CodexLatest(Codex0140):
+    """`codex@latest`: the newest preset."""
+
+    name = "codex@latest"
+
+
+@register
+class CodexMatched(Codex):
+    """`codex`: each session under the preset of the Codex CLI version it was recorded with
+    (`preset_for`; a session of another client or of an unknown version under the newest);
+    parameters given to it apply over that preset, as `claude-code` does for Claude Code."""
+
+    name = "codex"
+    version = "matched"
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.given = {key: self.params[key] for key in params}
+
+    def spec(self) -> PolicySpec:
+        """Only the parameters given: the rest comes from each session's preset, so a
+        rebuilt spec must not pin them to the base defaults."""
+        return PolicySpec(self.name, self.version, tuple(sorted(self.given.items())), self.variant)
+
+    def session(self, ctx: SessionContext) -> SessionPolicy:
+        preset = preset_for(_client_version(ctx.session.client))
+        return CodexSession(ctx, {**Codex.defaults, **preset, **self.given})

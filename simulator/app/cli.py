@@ -612,7 +612,21 @@ def policies_show(name: str) -> None:
         Column("meaning", wrap=True),
         Column("source", wrap=True, drop=3),
     ]
-    click.echo(render(columns, rows), nl=False)
+    notes = []
+    if cls.version == "matched":
+        from simulator.model import version_tuple
+
+        presets = sorted(  # oldest first, @latest last
+            (n for n in registry.names() if n.startswith(f"{name}@")),
+            key=lambda n: (version_tuple(n.split("@")[1]) or (1 << 30,), n),
+        )
+        notes.append(
+            f"each session is replayed under the preset of the version it was recorded with "
+            f"({', '.join(presets)}; `ctxsim policies show` one of them for its values): the "
+            "defaults above are the rules those presets override, and a parameter given "
+            "(-P) applies over the session's preset"
+        )
+    click.echo(render(columns, rows, notes=notes), nl=False)
 
 
 @main.command()

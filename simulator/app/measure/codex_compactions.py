@@ -5,8 +5,9 @@ the context after within 15% of the recorded one?
 Run: ``.venv/bin/python -m simulator.app.measure.codex_compactions ../shared/traces/codex``
 (prints the table; tests/policies/peers/test_codex_compactions.py asserts it).
 
-The i-th automatic compaction a session recorded is paired with the i-th compaction the
-preset makes when it replays that session (rows of stage ``compact``); the recorded
+The replay is `codex`'s, as `ctxsim run --policy codex` makes it: each session under the
+preset of its recorded version. The i-th automatic compaction a session recorded is paired
+with the i-th compaction the preset makes when it replays that session (rows of stage ``compact``); the recorded
 request is the first one whose context is the compacted one (CompactionEvent.request), the
 simulated one is the request whose main call the preset sent compacted. Manual (/compact)
 compactions are listed, not paired: no automatic rule makes them. Below the table: the
@@ -23,7 +24,6 @@ from typing import Any
 
 import polars as pl
 
-from policies.peers.codex import preset_for
 from simulator import policy as registry
 from simulator.model import Trace
 from simulator.replay import replay
@@ -66,7 +66,7 @@ def rows(src: Path, overrides: dict[str, Any] | None = None) -> list[Row]:
             if not session.events:
                 continue
             version = session.client.removeprefix("codex").strip()
-            sim = _simulated(item.name, trace, session.id, version, overrides or {})
+            sim = _simulated(item.name, trace, session.id, overrides or {})
             context = session.recorded_context()
             seen = {"auto": 0, "manual": 0}
             for e in session.events:
@@ -103,18 +103,18 @@ def unmatched(src: Path) -> list[tuple[str, str, int, int]]:
         for session in trace.sessions:
             version = session.client.removeprefix("codex").strip()
             recorded = sum(e.trigger != "manual" for e in session.events)
-            made = len(_simulated(item.name, trace, session.id, version, {})["auto"])
+            made = len(_simulated(item.name, trace, session.id, {})["auto"])
             if made != recorded:
                 out.append((folder, version, recorded, made))
     return out
 
 
 def _simulated(
-    name: str, trace: Trace, session_id: str, version: str, overrides: dict[str, Any]
+    name: str, trace: Trace, session_id: str, overrides: dict[str, Any]
 ) -> dict[str, list[tuple[int, int]]]:
     """(request, context of its main call) of each compaction the preset makes: its own
     ("auto", stage ``compact``) and the replayed /compact commands ("manual")."""
-    policy = registry.build("codex", {**preset_for(version), **overrides})
+    policy = registry.build("codex", overrides)  # each session under its version's preset
     one = Trace(
         trace.format, trace.source_digest, [s for s in trace.sessions if s.id == session_id]
     )

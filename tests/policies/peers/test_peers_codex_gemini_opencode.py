@@ -26,7 +26,7 @@ import polars as pl
 import pytest
 
 from policies.conversation import CLEARED_TOKENS
-from policies.peers.codex import preset_for
+from policies.peers.codex import Codex, preset_for
 from simulator import policy
 from simulator.model import CompactionEvent, Flag, Kind, Role
 from simulator.replay import ReplayOptions, replay
@@ -55,7 +55,11 @@ def uniform(n: int, tokens: int = 10_000) -> Script:
 
 
 def run(script: Script, name: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
-    return replay([("t", script.trace())], policy.build(name, params or {}))
+    """Replay `script` under the policy `name`; "codex" is the documented rules every
+    version's preset overrides (`Codex`, as the presets' own tests below use them), not the
+    registered `codex`, which matches each session to its version's preset."""
+    pol = Codex(**(params or {})) if name == "codex" else policy.build(name, params or {})
+    return replay([("t", script.trace())], pol)
 
 
 # -- registration and parameters ------------------------------------------------------------
@@ -210,7 +214,7 @@ def test_codex_initial_context_before_the_first_human_message(
     ],
 )
 def test_codex_presets_by_cli_version(version: str, expected: tuple[Any, ...]) -> None:
-    params = policy.build("codex", preset_for(version)).params
+    params = Codex(**preset_for(version)).params
     assert (
         params["model_auto_compact_token_limit"],
         params["window_fraction"],
@@ -237,6 +241,39 @@ def _logged(script: Script, windows: list[int]) -> Any:
 
 
 @pytest.mark.parametrize(
+    ("client", "preset"),
+    [
+        ("codex 0.42.0", "codex@0.46"),
+        ("codex 0.100.1", "codex@0.47"),
+        ("codex 0.126.0-alpha.8", "codex@0.118"),
+        ("codex 0.144.2", "codex@0.140"),
+        ("codex", "codex@latest"),  # no version logged: the newest
+        ("claude-code 2.1.88", "codex@latest"),  # another client's session: the newest
+    ],
+)
+def test_codex_replays_each_session_under_its_versions_preset(client: str, preset: str) -> None:
+    """`codex` (what `ctxsim run --policy codex` replays) is, session by session, the preset
+    of the version the session was recorded with; a parameter given to it applies over
+    that preset, and its spec names only what was given."""
+    trace = _logged(uniform(18), [100_000])
+    trace.sessions[0].client = client
+    named = [("t", trace)]
+
+    def rows(name: str, params: dict[str, Any]) -> pl.DataFrame:
+        """The replay's rows but the columns that name the spec."""
+        return replay(named, policy.build(name, params)).drop("policy", "params_hash")
+
+    version = client.split()[-1] if client.startswith("codex ") else ""
+    assert policy.build(preset).params == {**Codex.defaults, **preset_for(version)}
+    given = {"summary_tokens": SUMMARY}
+    assert rows("codex", given).equals(rows(preset, given))
+    assert compactions(replay(named, policy.build("codex", given)))  # a real comparison
+    given = {"summary_tokens": SUMMARY, "window_fraction": 0.5}
+    assert rows("codex", given).equals(rows(preset, given))
+    assert policy.build("codex", given).spec().params == tuple(sorted(given.items()))
+
+
+@pytest.mark.parametrize(
     ("windows", "params", "first"),
     [
         # the logged 100,000: 0.9 x 100,000 = 90,000, reached at k = 8 (91,800; k = 7 81,700)
@@ -251,7 +288,7 @@ def test_codex_compacts_against_the_logged_window(
     windows: list[int], params: dict[str, Any], first: int
 ) -> None:
     trace = _logged(uniform(18), windows)
-    frame = replay([("t", trace)], policy.build("codex", {"summary_tokens": SUMMARY, **params}))
+    frame = replay([("t", trace)], Codex(summary_tokens=SUMMARY, **params))
     assert compactions(frame)[0] == (first, "compact")
 
 
@@ -281,7 +318,7 @@ def _manual() -> Any:
 def test_codex_replays_the_recorded_manual_compaction(
     params: dict[str, Any], after: int, made: list[tuple[int, str]]
 ) -> None:
-    frame = replay([("t", _manual())], policy.build("codex", params))
+    frame = replay([("t", _manual())], Codex(**params))
     assert compactions(frame) == made
     assert contexts(frame)[3] == after
     if made:
@@ -294,7 +331,7 @@ def test_codex_replays_the_recorded_manual_compaction(
 
 def test_codex_unrecorded_compaction_call_is_a_row_priced_zero() -> None:
     """0.118+: the recording shows no usage for the compaction call."""
-    frame = replay([("t", _manual())], policy.build("codex", {"compaction_call": "unrecorded"}))
+    frame = replay([("t", _manual())], Codex(compaction_call="unrecorded"))
     r = row(frame, 3, "compaction", "manual")
     assert (r["context_tokens"], *usage(r)) == (0, 0, 0, 0, 0, 0)
     assert contexts(frame)[3] == 18_600
@@ -331,7 +368,7 @@ def test_codex_initial_context_before_the_last_user_message(late: bool, order: l
         "initial_before_last_user": late,
     }
     script = _turns([2_000, 2_000, 2_000])
-    replay([("t", script.trace())], policy.build("codex", params), observe=observe)
+    replay([("t", script.trace())], Codex(**params), observe=observe)
     ids = [i for i in views[(6, "")].ids if i >= 0]
     assert ids == order
 
@@ -346,7 +383,7 @@ def test_codex_kept_messages_as_text_are_sized_by_their_text() -> None:
         "model_auto_compact_token_limit": 30_000,
         "kept_as_text": True,
     }
-    frame = replay([("t", trace)], policy.build("codex", params))
+    frame = replay([("t", trace)], Codex(**params))
     # prefix + the initial message as it was (1,000) + H1-H3 at their text size + summary
     assert contexts(frame)[6] == 10_000 + 1_000 + int(raw[[2, 6, 10]].sum()) + 3_080
 
@@ -650,7 +687,7 @@ def test_codex_states_the_limit_of_each_request() -> None:
     """Rows carry the limit the request was checked against: 0.9 x the logged 100,000."""
     frame = replay(
         [("t", _logged(uniform(3), [100_000]))],
-        policy.build("codex", {"summary_tokens": SUMMARY}),
+        Codex(summary_tokens=SUMMARY),
     )
     requests = frame.filter(pl.col("kind") == "request")
     assert requests["threshold_tokens"].to_list() == [90_000] * 4
@@ -782,7 +819,7 @@ def test_codex_leaves_out_the_reasoning_before_a_resume_from_a_rewritten_rollout
         "trigger_count": "codex",
         "restored_reasoning_uncounted": uncounted,
     }
-    frame = replay([("t", trace)], policy.build("codex", params))
+    frame = replay([("t", trace)], Codex(**params))
     assert compactions(frame) == made
 
 
@@ -792,7 +829,7 @@ def test_codex_limit_of_the_raw_window(raw: bool, first: int, limit: int) -> Non
     (k7 81,700 reaches it), 0.9 of the catalog one 85,500 (k8 91,800; openai/codex#40095)."""
     trace = _logged(uniform(18), [90_250])
     params = {"summary_tokens": SUMMARY, "window_share": 0.95, "limit_of_raw_window": raw}
-    frame = replay([("t", trace)], policy.build("codex", params))
+    frame = replay([("t", trace)], Codex(**params))
     assert compactions(frame)[0] == (first, "compact")
     assert row(frame, 0)["threshold_tokens"] == limit
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from simulator import policy as registry
@@ -29,7 +30,8 @@ def test_list_names_every_registered_policy() -> None:
 
 def _table(out: str) -> dict[str, dict[str, str]]:
     """`policies show`'s table by row name and column, cut at the header's column starts
-    (printed to a pipe: no width limit, one line per row)."""
+    (printed to a pipe: no width limit, one line per row); the notes under it, whose first
+    cell is words, not a parameter's name, end it."""
     header, rule, *rows = out.splitlines()[1:]
     assert set(rule) == {"─"}
     names = header.split()
@@ -37,6 +39,8 @@ def _table(out: str) -> dict[str, dict[str, str]]:
     starts.append(header.index(" source") + 1)
     table = {}
     for row in rows:
+        if " " in row[: starts[1]].strip():
+            break
         cells = [row[a:b].strip() for a, b in zip(starts, [*starts[1:], len(row)], strict=True)]
         table[cells[0]] = dict(zip(names, cells, strict=True))
     return table
@@ -72,6 +76,26 @@ def test_show_names_a_source_for_every_parameter_of_every_policy() -> None:
         for key, row in table.items():
             assert row["meaning"] and row["source"] and row["type"] != "?", (name, key)
             assert "ClaudeCode" not in row["source"] and "policies." not in row["source"]
+
+
+@pytest.mark.parametrize(
+    ("name", "presets"),
+    [
+        ("codex", "codex@0.46, codex@0.47, codex@0.118, codex@0.140, codex@latest"),
+        ("claude-code", "claude-code@1.0, claude-code@2.1.6, claude-code@2.1.88,"),
+    ],
+)
+def test_show_says_a_matched_policy_takes_each_sessions_preset(name: str, presets: str) -> None:
+    code, out = _run("policies", "show", name)
+    assert code == 0
+    text = " ".join(out.split())
+    assert (
+        f"each session is replayed under the preset of the version it was recorded with ({presets}"
+        in text
+    )
+    assert "a parameter given (-P) applies over the session's preset" in text
+    code, out = _run("policies", "show", "codex@0.140")
+    assert "each session is replayed" not in out  # a preset is what it says
 
 
 def test_show_unknown_policy_exits_2_with_a_hint() -> None:
