@@ -265,7 +265,7 @@ def test_codex_replays_each_session_under_its_versions_preset(client: str, prese
 
     version = client.split()[-1] if client.startswith("codex ") else ""
     assert policy.build(preset).params == {**Codex.defaults, **preset_for(version)}
-    given = {"summary_tokens": SUMMARY}
+    given: dict[str, Any] = {"summary_tokens": SUMMARY}
     assert rows("codex", given).equals(rows(preset, given))
     assert compactions(replay(named, policy.build("codex", given)))  # a real comparison
     given = {"summary_tokens": SUMMARY, "window_fraction": 0.5}
