@@ -63,35 +63,70 @@ a few hundred tokens in four of six compactions). 2.1.2xx keeps the newest API-r
 group verbatim after the summary (`autocompact.preserve_tail_groups`) and does not attach
 the first message again (preset claude-code@2.1.221).
 
-What 2.1.2xx attaches after a compaction, as flutter-docker 390ab778 (2.1.226, Opus 5)
-logs it in attachment lines after each compact_boundary: up to 5 `file` attachments with
-the file's whole content, re-read from disk (android.Dockerfile: read 50 of its 237
-lines, attached whole); a file too big for the 5,000-token cap is not cut but named by a
-`compact_file_reference` (the four references, build.yml, research.md, update-version.yml
-and a 419-line design.md, are files last read in part whose line counts put them above
-5,000 tokens; the 19 attached files are all below it), `autocompact.restore_reference_tokens`;
-`invoked_skills` (1.6k-4.8k tokens by length/4, growing with each compaction),
-`deferred_tools_delta`, `agent_listing_delta` and `mcp_instructions_delta` (the same
-17.5k characters, about 4.4k tokens, after each of the last three: the tool, agent and MCP
-announcements sent again) and hook output. The reference rule is off in the preset: alone
-it takes 94's context after from +15% to -1% of the recording but 147 and 354 to -14%,
-because two other parts are still missing: the re-sent announcements and skills above,
-and Opus 5's summaries, 5.9k-7.1k tokens (raw count x 1.207) against the fit's median of
-2,915 (1.0.53 and 2.1.29; 2.1.232 Opus 4.6 in entirecontext: 2.3k-2.7k), a model effect
-that only flutter-docker holds and that cannot be fitted leave-one-source-out.
+What 2.1.2xx puts back after a compaction (preset claude-code@2.1.221), read from the
+attachment lines after each compact_boundary of ../shared/traces/claude-code (counts of
+types and cl100k tokens only; 2.1.226-2.1.232: entirecontext da81b1d5, Opus 4.6, two
+/compact; flutter-docker aba9151e, the process that continued 390ab778, Opus 5, four auto;
+5e12a303, Opus 5, two /compact). The recorded context after is the prefix less the first
+message's skill listing, plus what the compaction attached: da81b1d5's first message held
+23,765 cl100k tokens of attachments, 10,005 of them the listing, and its compactions
+attached 14,103 and 13,768 of the same kinds without it (the deferred-tools, agent-listing
+and MCP-instructions announcements, hook output), beside the summary, files and skills.
+
+* The skill listing is not sent again (`autocompact.skill_listing_tokens`, `_drop_listing`):
+  none follows a compaction by the process that had sent it (da81b1d5 2 of 2, aba9151e 4
+  of 4): the client keeps the names it has announced across a compaction
+  (claude-code#76161: not reset, "to save about 4K tokens"; #82017: after an
+  auto-compaction only deltas follow; #74990: intended, reproduced on 2.1.233). A
+  restarted process announces them all with its first prompt: 5e12a303's two /compact
+  each came right after a restart (a new version logged before it) and got the whole
+  listing back (4,464 and 4,494 cl100k tokens), which the compiled trace does not mark,
+  so the rule applies to every compaction. The listing's size is the user's (its skills;
+  the client cuts descriptions to 1% of the window, 40,000 characters on 1M:
+  claude-code#68135, melodic-software/claude-code-plugins#1271): flutter-docker's
+  4,281-4,399 cl100k tokens (about 6.8k in Opus 5's), entirecontext's 10,005 (its budget
+  on Opus 4.6's 1M window). The preset takes the client's own 4,000, not a recording's;
+  it leaves the prefix once per session, from its end and never into the part through
+  the system prompt's marker (`drop_prefix_tail`).
+* A file over the 5,000-token cap is named by a `compact_file_reference`, not cut
+  (`autocompact.restore_reference_tokens`, 60: the client's note, 41 cl100k tokens as a
+  reminder, and the reference's 20-39). da81b1d5's two compactions name 1 and 2 files so,
+  aba9151e's 0, 0, 0 and 2 (in flutter-docker files last read in part whose line counts
+  put them above the cap, and no attached file above it); the pipeline, from the files'
+  sizes in the transcript, names 2 and 2, and 2, 1, 0 and 2 at 390ab778's four.
+* The skills the Skill tool loaded come back (`autocompact.invoked_skills`): 390ab778's
+  `invoked_skills` hold 1,422, 2,936 and 4,271 cl100k tokens after requests 147, 244 and
+  354, where the Skill tool had loaded one skill of 1,406 before 147 and a second of 1,433
+  before 244 (`skill_contents`); the rest of 354's, and da81b1d5's 1,026 at its second,
+  are skills the user invoked by a command, which a content-free trace cannot tell from
+  other text. Each is cut to 5,000 (length/4) and all to 25,000, the oldest left out
+  (claude-code#96168, 2.1.280).
+* The calibrated sizes (the drawn summary, the files, the rest) are Claude tokens at the
+  fit's 1.207 per cl100k token (policies/calibration/summary.py); Opus 4.6 and Opus 5
+  count more (`tokenizer_ratio`: 1.31 and 1.58-1.59), so they are scaled to the session's
+  own ratio (`autocompact.restore_session_tokens`); the caps stay in the client's count.
+* Still missing, measured: Opus 5's summaries are twice the fit's (raw 3,885-5,876 cl100k
+  tokens against its median of 2,415; Opus 4.6's 1,889 and 2,229), a model effect only
+  flutter-docker holds, which cannot be fitted leave-one-source-out; and the
+  announcements a compaction sends again had grown by 2.6k cl100k tokens in aba9151e
+  (tools announced during the session, unlogged context in the compiled trace). They leave
+  the pipeline's context after aba9151e's later compactions 4-10% short; da81b1d5's are
+  14-15% over, its listing being 2.5 times the preset's.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from policies.calibration.summary import recent_file_sizes, summary_tokens
+import numpy as np
+
+from policies.calibration.summary import TOKENIZER_RATIO, recent_file_sizes, summary_tokens
 from policies.claude_code.settings import env_truthy, pct_share
 from policies.conversation import Conversation
-from simulator.model import Kind
+from simulator.model import Flag, Kind, Session
 from simulator.view import View, chain
 
 
@@ -190,6 +225,17 @@ class Autocompact:
         reference = p["autocompact.restore_reference_tokens"]
         self.reference_tokens = None if reference is None else int(reference)
         self.skills_tokens = int(p["autocompact.skills_tokens"])
+        self.invoked_skills = bool(p["autocompact.invoked_skills"])
+        self.skill_cap = int(p["autocompact.skill_cap_tokens"])
+        self.skills_budget = int(p["autocompact.skills_budget_tokens"])
+        #: Skills invoked so far (content hash -> (tokens, estimate)), oldest first: the
+        #: client keeps them across compactions.
+        self.skills: dict[int, tuple[int, int]] = {}
+        self.session_tokens = bool(p["autocompact.restore_session_tokens"])
+        self._scale: float | None = None
+        listing = p["autocompact.skill_listing_tokens"]
+        self.listing_tokens = None if listing is None else int(listing)
+        self.listing_dropped = False
         self.extra_tokens = int(p["autocompact.restore_extra_tokens"])
         self.reattach_first_message = bool(p["autocompact.reattach_first_message"])
         self.preserve_groups = int(p["autocompact.preserve_tail_groups"])
@@ -259,6 +305,8 @@ class Autocompact:
         if cut == 0 or tail_tokens < self.sm_min_tail or tail_text < self.sm_min_text:
             return False
         memory = conv.add_synthetic(self.sm_memory, "summary", 0x5E55)
+        self._remember_skills(conv)
+        self._drop_listing(conv)
         conv.replace_all([memory, *conv.items[bounds[cut] :]])
         return True
 
@@ -288,16 +336,27 @@ class Autocompact:
             if self.failure_p > 0 and rng.random() < self.failure_p:
                 attempts.append(Attempt(view, 0, False, "failure"))
                 break
-            size = self._summary_tokens(pre_tokens, rng) if summary is None else summary
+            size = self._summary_tokens(pre_tokens, rng, conv) if summary is None else summary
             attempts.append(Attempt(view, size, True, ""))
             self._install(conv, size, attached)
             return attempts
         return attempts
 
-    def _summary_tokens(self, pre_tokens: int, rng: random.Random) -> int:
+    def _summary_tokens(self, pre_tokens: int, rng: random.Random, conv: Conversation) -> int:
         if self.fixed_summary is not None:
             return self.fixed_summary
-        return summary_tokens(pre_tokens, rng)
+        return round(summary_tokens(pre_tokens, rng) * self.scale(conv))
+
+    def scale(self, conv: Conversation) -> float:
+        """What the calibrated sizes (summary, files, rest: Claude tokens at the fit's
+        TOKENIZER_RATIO) are multiplied by: 1, or with `autocompact.restore_session_tokens`
+        the session's own tokens per cl100k token over that ratio (`tokenizer_ratio`)."""
+        if not self.session_tokens:
+            return 1.0
+        if self._scale is None:
+            ratio = tokenizer_ratio(conv.ctx.session)
+            self._scale = 1.0 if ratio is None else ratio / TOKENIZER_RATIO
+        return self._scale
 
     def _request_view(self, conv: Conversation, items: list[int]) -> View:
         """The summary request: the conversation (possibly cut) and the summary prompt."""
@@ -327,7 +386,9 @@ class Autocompact:
     def _install(self, conv: Conversation, summary: int, attached: int | None = None) -> None:
         """The conversation after compaction: the summary, then what the client attaches:
         restored files, skills, the calibrated rest and (2.x) the first-message context;
-        or, for a recorded compaction, the `attached` tokens it showed."""
+        or, for a recorded compaction, the `attached` tokens it showed (the recorded state:
+        nothing else changes)."""
+        self._remember_skills(conv)
         preserved: list[int] = []
         if attached is None and self.preserve_groups > 0:
             # 2.1.2xx keeps the newest messages verbatim (compactMetadata.preservedSegment:
@@ -340,16 +401,28 @@ class Autocompact:
         if attached is None:
             for tokens in self._restored(conv):
                 keys.append(conv.add_synthetic(tokens, "restored", self.compactions))
-            if self.skills_tokens:
-                keys.append(conv.add_synthetic(self.skills_tokens, "skills", self.compactions))
-            attached = self.extra_tokens
+            skills = self.skills_tokens + self._invoked()
+            if skills:
+                keys.append(conv.add_synthetic(skills, "skills", self.compactions))
+            attached = round(self.extra_tokens * self.scale(conv))
             if self.reattach_first_message:
                 prefix = conv.prefix.prefix
                 attached += prefix.total - prefix.system
+            self._drop_listing(conv)
         if attached:
             keys.append(conv.add_synthetic(attached, "restored", 0xE7))
         conv.replace_all(keys)
         self.compactions += 1
+
+    def _drop_listing(self, conv: Conversation) -> None:
+        """2.1.2xx (`autocompact.skill_listing_tokens`): the first message's skill listing
+        is not sent again after the session's first compaction, so the prefix loses it
+        from then on (never more than what follows the system prompt's marker; the module
+        docstring has the evidence)."""
+        if self.listing_tokens is None or self.listing_dropped:
+            return
+        self.listing_dropped = True
+        drop_prefix_tail(conv, self.listing_tokens)
 
     def _restored(self, conv: Conversation) -> list[int]:
         """Sizes of the files re-attached after compaction: the most recently touched
@@ -361,16 +434,46 @@ class Autocompact:
         recent = recent_files(conv, self.restore_files)
         sizes: list[int] = []
         budget = self.restore_total
+        scale = self.scale(conv)
         for tokens in recent:
             if self.reference_tokens is not None and tokens > self.restore_file_tokens:
                 size = min(self.reference_tokens, budget)
+                sent = size
             else:
                 size = min(tokens, self.restore_file_tokens, budget)
+                sent = round(size * scale)  # the caps are the client's count, the bill the model's
             if size <= 0:
                 continue
-            sizes.append(size)
+            sizes.append(sent)
             budget -= size
         return sizes
+
+    def _remember_skills(self, conv: Conversation) -> None:
+        """Before the conversation is replaced (by any compaction, a recorded one too):
+        the skills its items loaded, kept for the compactions after it."""
+        if not self.invoked_skills:
+            return
+        for content, tokens, estimate in skill_contents(conv):
+            self.skills.pop(content, None)  # invoked again: the newest
+            self.skills[content] = (tokens, estimate)
+
+    def _invoked(self) -> int:
+        """Tokens of the invoked skills attached after a compaction (2.1.2xx,
+        `autocompact.invoked_skills`): each skill the Skill tool loaded so far in the
+        session (`_remember_skills`), newest first, each cut to `skill_cap_tokens` and all
+        of them within `skills_budget_tokens` (the client's length/4 units; an older skill
+        beyond the budget is left out), as the model's tokens of that content."""
+        if not self.invoked_skills:
+            return 0
+        total = 0
+        budget = self.skills_budget
+        for tokens, estimate in reversed(self.skills.values()):
+            units = min(estimate, self.skill_cap)
+            if units > budget:
+                break
+            budget -= units
+            total += tokens if units == estimate else round(tokens * units / max(estimate, 1))
+        return total
 
     def succeeded(self) -> None:
         """A compaction worked (full or session memory): the breaker's count restarts."""
@@ -386,6 +489,73 @@ class Autocompact:
             self.tripped = True
             return True
         return False
+
+
+#: Tool results at least this big (cl100k tokens) measure a session's tokenizer ratio: the
+#: unlogged per-request additions the anchoring also spreads over them (hook output, about
+#: 80 tokens a tool call in ../shared's 2.1.2xx sessions) are then a few percent of it
+#: (simulator/app/measure/calibration_measure.py RATIO_MIN_RAW, the calibration's floor).
+RATIO_MIN_RAW = 1_000
+
+
+def tokenizer_ratio(session: Session) -> float | None:
+    """The session's tokens per cl100k token: the median, over its tool results of at
+    least RATIO_MIN_RAW cl100k tokens that the recording sent, of the anchored size over
+    the tokenizer's count; None when there is none. In ../shared/traces/claude-code (the
+    sessions with a compaction): 1.19-1.33 for the 1.0.53 and 2.1.29 ones the calibration's
+    1.207 was measured on, 1.31 for Opus 4.6 (entirecontext da81b1d5), 1.58-1.59 for Opus 5
+    (flutter-docker 390ab778, 5e12a303)."""
+    b = session.blocks
+    live = b["first_request"] < np.minimum(b["hidden_from"], b["compacted_at"])
+    big = live & (b["kind"] == Kind.TOOL_RESULT) & (b["tokens_raw"] >= RATIO_MIN_RAW)
+    if not big.any():
+        return None
+    return float(np.median(b["tokens"][big] / b["tokens_raw"][big]))
+
+
+def skill_contents(conv: Conversation) -> list[tuple[int, int, int]]:
+    """(content hash, tokens, length/4) of each skill the conversation's items loaded,
+    oldest first: Claude Code answers a Skill call with a short result and puts the
+    skill's content in the user text that follows it (../shared/traces/claude-code: 37 of
+    its 40 Skill results are followed by one such block, 308-5,535 cl100k tokens but one of
+    158,562, which the per-skill cap cuts)."""
+    tools = conv.tools
+    if "Skill" not in tools:
+        return []
+    skill = tools.index("Skill")
+    n = len(conv.kinds)
+    out: list[tuple[int, int, int]] = []
+    for key in conv.items:
+        if key < 0 or not conv.result[key] or conv.tool_ids[key] != skill:
+            continue
+        j = key + 1
+        while (
+            j < n
+            and conv.kinds[j] == Kind.TEXT
+            and conv.origin[j] < 0
+            and not conv.flags[j] & Flag.HUMAN
+        ):
+            out.append((conv.hashes[j], conv.tokens[j], conv.chars[j] // 4))
+            j += 1
+    return out
+
+
+def drop_prefix_tail(conv: Conversation, tokens: int) -> int:
+    """Take `tokens` off the end of the conversation's prefix from now on (the first
+    message's context, which the client sends again after a compaction), never into the
+    part through the system prompt's marker; returns the tokens taken. The segment that
+    ends there changes size, so it is a new cache entry (written, as every compaction of
+    ../shared writes what follows the system prompt); the segments before it stay cached."""
+    state = conv.prefix
+    layout = state.layout
+    keep = max(layout.system, layout.total - max(tokens, 0))
+    if keep >= layout.total:
+        return 0
+    conv.sync()  # pending edits belong to the view they were made on
+    state.layout = replace(layout, total=keep, cuts=tuple(c for c in layout.cuts if c < keep))
+    conv.view, conv.warm, conv.marks = state.start_view()
+    conv.touch(0)
+    return layout.total - keep
 
 
 def recent_files(conv: Conversation, limit: int) -> list[int]:

@@ -344,7 +344,28 @@ PARAMS: dict[str, Param] = {
     ),
     "autocompact.skills_tokens": tokens(
         "tokens of invoked skills re-attached after a compaction",
-        "ours: 0, no skill is invoked in ../shared/traces (the client allows 25,000, DESIGN.md 4)",
+        "ours: 0, a fixed amount; the Skill tool's loads: autocompact.invoked_skills (2.1.2xx)",
+    ),
+    "autocompact.invoked_skills": flag(
+        "the skills the Skill tool loaded so far are attached again after a compaction",
+        "2.1.2xx: invoked_skills attachments (flutter-docker 390ab778, autocompact.py); off before",
+    ),
+    "autocompact.skill_cap_tokens": tokens(
+        "most of one invoked skill attached again (the client's length/4 units)",
+        "Claude Code: 5,000 per skill (claude-code#96168)",
+    ),
+    "autocompact.skills_budget_tokens": tokens(
+        "most of all invoked skills attached again; older ones beyond it are left out",
+        "Claude Code: 25,000 in all (claude-code#96168, DESIGN.md 4)",
+    ),
+    "autocompact.restore_session_tokens": flag(
+        "calibrated sizes (summary, files, rest) in the session's own tokens per cl100k token",
+        "2.1.2xx: Opus 4.6 and 5 count 1.31-1.59 per cl100k, the fit 1.207 (autocompact.py)",
+    ),
+    "autocompact.skill_listing_tokens": tokens(
+        "the first message's skill listing, not sent again after a compaction; null: it is",
+        "2.1.2xx: about 4,000 (claude-code#76161; autocompact.py); null before (preset)",
+        optional=True,
     ),
     "autocompact.session_memory.enabled": flag(
         "try session-memory compaction (no summary request) before a full compaction",

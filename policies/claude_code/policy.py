@@ -127,6 +127,11 @@ BASE: dict[str, Any] = {
     "autocompact.estimate_logged_output": True,  # the usage's output_tokens as logged
     "autocompact.as_recorded_before": None,  # request: recorded compactions before it replayed
     "autocompact.skills_tokens": 0,
+    "autocompact.invoked_skills": False,  # 2.1.2xx: the Skill tool's skills attached again
+    "autocompact.skill_cap_tokens": 5_000,
+    "autocompact.skills_budget_tokens": 25_000,
+    "autocompact.restore_session_tokens": False,  # 2.1.2xx: the session's own tokenizer
+    "autocompact.skill_listing_tokens": None,  # 2.1.2xx: the listing is not sent again
     "autocompact.session_memory.enabled": False,
     "autocompact.session_memory.min_tail_tokens": 10_000,
     "autocompact.session_memory.min_tail_text_messages": 5,
@@ -565,13 +570,18 @@ class ClaudeCode21221(ClaudeCode):
     detector; 5-minute entries for the summary call. Recorded: the four auto-compactions
     of 2.1.226 in ../shared/traces/claude-code/flutter-docker fire at 166.6k-213.0k.
     The first message's context is not attached again: the recorded context after
-    (flutter-docker's two 2.1.232 /compact: 58,061 and 65,611) is the kept prefix (42,855,
+    (flutter-docker's two /compact, 2.1.228 and 2.1.232: 58,061 and 65,611) is the prefix (42,855,
     first message included) plus postTokens (12,324 and 13,415) and a few thousand
-    tokens, no room for a second copy of its 17.7k first message; the replay lands within
-    1% of both without it, 27-31% over with it (policies/calibration/README.md). The
-    trigger's estimate counts the last response's later lines again and pads what the
-    last usage does not hold by 4/3 (autocompact.py: 390ab778 fired at 166,612 and
-    166,907 by its logged, unpadded preTokens and not at 166,150)."""
+    tokens, no room for a second copy of its 17.7k first message; the replay lands 2.7%
+    and 3.0% over without it, 30-33% over with it (policies/calibration/README.md). After a
+    compaction the first message's skill listing is not sent again (4,000 tokens, the
+    client's figure), a file over the 5,000-token cap comes back as a 60-token reference,
+    the skills the Skill tool loaded come back, and the calibrated sizes are in the
+    session's own tokens per cl100k token (autocompact.py: the attachments after the eight
+    2.1.2xx compactions of ../shared). The trigger's estimate counts the last response's
+    later lines again and pads what the last usage does not hold by 4/3 (autocompact.py:
+    390ab778 fired at 166,612 and 166,907 by its logged, unpadded preTokens and not at
+    166,150)."""
 
     name = "claude-code@2.1.221"
     version = "2.1.221"
@@ -584,6 +594,10 @@ class ClaudeCode21221(ClaudeCode):
         "autocompact.call_ttl": "5m",
         "autocompact.reattach_first_message": False,
         "autocompact.preserve_tail_groups": 1,
+        "autocompact.restore_reference_tokens": 60,
+        "autocompact.skill_listing_tokens": 4_000,
+        "autocompact.invoked_skills": True,
+        "autocompact.restore_session_tokens": True,
         "autocompact.estimate_recounts_response": True,
         "autocompact.estimate_padding": 4 / 3,
     }

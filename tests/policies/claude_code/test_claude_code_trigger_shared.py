@@ -16,7 +16,8 @@ The acceptance bar (same request +/- 1, context after compaction within 15%) is 
 12 also within 15% after). The one miss, f67ab274's first compaction, restored 85.7k
 tokens that nothing in the transcript accounts for (policies/calibration/README.md); the
 2.1.226 rows are explained where they are listed. `test_where_the_acceptance_stands` pins
-the counts.
+the counts. The users' own /compact are pinned with their context after (`MANUAL`), which
+for 2.1.2xx is all the pipeline's model of what the client puts back.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from simulator.replay import replay
 from traces.load import load_all, units
 
 Row = tuple[str, int, int | None, int, int | None]
+Manual = tuple[str, int, int, int]
 
 #: (session, recorded request, simulated request or None, recorded context after, simulated
 #: context after) per recorded auto-compaction, free-running. 390ab778 is the Opus 5 session
@@ -42,17 +44,18 @@ Row = tuple[str, int, int | None, int, int | None]
 #: was 1M); aba9151e compacted at once on resuming (preTokens 213,002), and the first request
 #: it sent after the compaction is 94. The preset takes the window of the process that sent
 #: each request (policies/claude_code/settings.py `standard_window_from`: 1M before 94, 200k
-#: from it), so it compacts at 94 too; its context after (70,818) is 14.97% over the
-#: recording's 61,596, just inside the bar: the newest API round it keeps verbatim holds a
-#: 9.5k tool result, and it restores 15.3k of recently read files where the recording's
-#: postTokens (17,692) is below those of the three later compactions (20,026-21,980).
-#: Free-running, the rows after it inherit that: 11 and 9 requests early (136, 235), and the
-#: last at 354 as recorded.
+#: from it), so it compacts at 94 too; its context after (60,057) is 2.5% under the
+#: recording's 61,596: the prefix without the 4,000-token skill listing, the summary, the
+#: newest API round (a 9.5k tool result), two files named by a reference (over the 5,000
+#: cap) and three whole (policies/claude_code/autocompact.py). The later rows fall 4-10%
+#: short (ONE_AT_A_TIME), mostly Opus 5's own summaries, which the fit's size does not
+#: hold, so free-running each next compaction comes later: 4 and 11 requests (151, 255),
+#: and none within 20 requests of 354 (the session ends at 355).
 FREE_RUNNING = [
-    ("390ab778", 94, 94, 61596, 70818),
-    ("390ab778", 147, 136, 64513, 67395),
-    ("390ab778", 244, 235, 67181, 55864),
-    ("390ab778", 354, 354, 63889, 64955),
+    ("390ab778", 94, 94, 61596, 60057),
+    ("390ab778", 147, 151, 64513, 58893),
+    ("390ab778", 244, 255, 67181, 62369),
+    ("390ab778", 354, None, 63889, None),
     ("ffc93f57", 163, 163, 62794, 62659),
     ("ffc93f57", 269, 269, 76113, 83220),
     ("0a725fb5", 158, 158, 30905, 32837),
@@ -69,13 +72,21 @@ FREE_RUNNING = [
 #: did not: 2.1.2xx pads what the last usage does not hold by 4/3
 #: (policies/claude_code/autocompact.py), which gives 167,090 and 167,123 at 244 and 354,
 #: 166,365 and 166,173 at 146 and 353. Unpadded, 244 fired 2 late and 354 not at all.
+#: Their contexts after are 9.8%, 4.4% and 5.4% short: the recording's summaries (raw
+#: 4,918-5,079 cl100k tokens, Opus 5) are twice the fit's, and the deferred-tools and MCP
+#: announcements it sends again had grown by 2.6k cl100k since the session's start (the
+#: growth came in attachments, which the compiled trace holds only as unlogged context);
+#: the pipeline holds the skills the Skill tool loaded (1,406 and 2,839 cl100k tokens
+#: before 147 and 244; the recording's 1,422 and 2,936), the files at the session's own
+#: tokens per cl100k token (1.59), and a prefix without the 4,000-token listing, whose
+#: recorded size here is 4,281 cl100k tokens (about 6.8k in the session's tokens).
 #: ffc93f57 (2.1.29) on the request: its trigger adds the output_tokens it logged (1, a
 #: streaming snapshot), not the 514 its response holds, which fired at 162.
 ONE_AT_A_TIME = [
-    ("390ab778", 94, 94, 61596, 70818),
-    ("390ab778", 147, 147, 64513, 60142),
-    ("390ab778", 244, 244, 67181, 58210),
-    ("390ab778", 354, 354, 63889, 65068),
+    ("390ab778", 94, 94, 61596, 60057),
+    ("390ab778", 147, 147, 64513, 58217),
+    ("390ab778", 244, 244, 67181, 64232),
+    ("390ab778", 354, 354, 63889, 60454),
     ("ffc93f57", 163, 163, 62794, 62659),
     ("ffc93f57", 269, 269, 76113, 84580),
     ("0a725fb5", 158, 158, 30905, 32837),
@@ -95,13 +106,23 @@ FOLDER = {
     "f67ab274": "vsla",
 }
 #: The users' own /compact (logged by compact_boundary with trigger "manual", or, in
-#: 1.0.53, by its command line) are replayed as actions, at their requests, in both ways.
+#: 1.0.53, by its command line) are replayed as actions, at their requests, in both ways:
+#: (session, request, recorded context after, simulated context after). The 2.1.2xx ones
+#: (with the recorded summary, the attachments modelled): entirecontext da81b1d5 (2.1.232,
+#: Opus 4.6) +15.1% and +13.6%, where the pipeline held +38.1% and +33.8% (80,740 and
+#: 86,798) before the skill listing left the prefix and the files over the cap came back as
+#: references: what is left is mostly its listing, 10,005 cl100k tokens (1% of the 1M
+#: window, the client's budget for it) against the preset's 4,000. flutter-docker 5e12a303
+#: (2.1.228 and 2.1.232, Opus 5) +2.7% and +3.0% (+0.9% both before): each /compact came
+#: right after the client was restarted (a new version logged a few lines before it), and a
+#: new process sends the whole listing with its first prompt (20,964 and 21,122 characters
+#: after them), which the compiled trace does not mark. da4409c0 (1.0.53) +2.1%.
 MANUAL = [
-    ("da81b1d5", 39),
-    ("da81b1d5", 93),
-    ("5e12a303", 199),
-    ("5e12a303", 297),
-    ("da4409c0", 128),
+    ("da81b1d5", 39, 58460, 67274),
+    ("da81b1d5", 93, 64874, 73670),
+    ("5e12a303", 199, 58061, 59651),
+    ("5e12a303", 297, 65611, 67586),
+    ("da4409c0", 128, 27368, 27943),
 ]
 
 
@@ -119,11 +140,14 @@ def _row(name: str, session: Session, event: CompactionEvent, frame: pl.DataFram
     return (session.id[:8], event.request, sim, recorded, after)
 
 
-def trigger_tables(shared: Path) -> tuple[list[Row], list[Row], list[tuple[str, int]]]:
+Tables = tuple[list[Row], list[Row], list[Manual]]
+
+
+def trigger_tables(shared: Path) -> Tables:
     """(free-running rows, one-at-a-time rows, manual compactions replayed)."""
     free: list[Row] = []
     single: list[Row] = []
-    manual: list[tuple[str, int]] = []
+    manual: list[Manual] = []
     for item in load_all(units([shared / "claude-code"]), lenient=True):
         for session in item.trace.sessions:
             if not session.events:
@@ -132,7 +156,12 @@ def trigger_tables(shared: Path) -> tuple[list[Row], list[Row], list[tuple[str, 
             preset = preset_for(session.client)
             frame = replay([(item.name, trace)], policy.build(preset))
             stages = frame.filter(pl.col("kind") == "compaction").select("request", "stage")
-            manual += [(session.id[:8], k) for k, s in stages.rows() if s == "manual"]
+            recorded = session.recorded_context()
+            for k, stage in stages.rows():
+                if stage == "manual":
+                    row = frame.filter((pl.col("request") == k) & (pl.col("kind") == "request"))
+                    after = int(row["context_tokens"][0])
+                    manual.append((session.id[:8], k, int(recorded[k]), after))
             for event in session.events:
                 if event.trigger == "manual":
                     continue
@@ -144,11 +173,11 @@ def trigger_tables(shared: Path) -> tuple[list[Row], list[Row], list[tuple[str, 
 
 
 @pytest.fixture(scope="module")
-def tables(shared: Path) -> tuple[list[Row], list[Row], list[tuple[str, int]]]:
+def tables(shared: Path) -> Tables:
     return trigger_tables(shared)
 
 
-def test_trigger_tables(tables: tuple[list[Row], list[Row], list[tuple[str, int]]]) -> None:
+def test_trigger_tables(tables: Tables) -> None:
     free, single, manual = tables
     assert sorted(free) == sorted(FREE_RUNNING)
     assert sorted(single) == sorted(ONE_AT_A_TIME)
@@ -161,23 +190,22 @@ def _meets(rows: list[Row]) -> tuple[int, int, int]:
     return len(rows), len(same), len(close)
 
 
-def test_where_the_acceptance_stands(
-    tables: tuple[list[Row], list[Row], list[tuple[str, int]]],
-) -> None:
+def test_where_the_acceptance_stands(tables: Tables) -> None:
     """(rows, same request +/- 1, and context after within 15%) as they are now: the
     clients before 2.1.200 meet the bar (8, 8, 7 one at a time); the four 2.1.226 rows
     fire on the request and land within 15% after (see ONE_AT_A_TIME). Free-running,
-    390ab778's later rows inherit its first compaction's 15% surplus (FREE_RUNNING).
-    `test_acceptance` is the bar itself."""
+    390ab778's rows after the first come later, each inheriting the shortfall before it
+    (FREE_RUNNING). `test_acceptance` is the bar itself."""
     free, single, _ = tables
     assert _meets([r for r in single if r[0] == "390ab778"]) == (4, 4, 4)
-    assert _meets(free) == (12, 9, 8)
+    assert _meets(free) == (12, 8, 7)
     assert _meets(single) == (12, 12, 11)
     old = [r for r in single if r[0] != "390ab778"]
     assert _meets(old) == (8, 8, 7)
     # Per source folder. No rule behind these rows has a fitted parameter (the 2.1.2xx
-    # padding is the client's 4/3), so leaving a folder out changes nothing; the padding
-    # was read from flutter-docker, which is in-sample for it.
+    # padding is the client's 4/3, the listing's 4,000 and the caps its documented values),
+    # so leaving a folder out changes nothing; the padding was read from flutter-docker,
+    # which is in-sample for it.
     per_folder = {
         folder: _meets([r for r in single if FOLDER[r[0]] == folder])
         for folder in sorted(set(FOLDER.values()))
@@ -189,7 +217,7 @@ def test_where_the_acceptance_stands(
     }
 
 
-def test_acceptance(tables: tuple[list[Row], list[Row], list[tuple[str, int]]]) -> None:
+def test_acceptance(tables: Tables) -> None:
     """Issue 13's bar: the version-matched preset compacts within one request of the
     recording on at least 90% of the recorded auto-compactions and lands the context after
     within 15% on at least 75%, each compaction replayed from the recorded state."""
