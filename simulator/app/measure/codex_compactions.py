@@ -7,8 +7,9 @@ Run: ``.venv/bin/python -m simulator.app.measure.codex_compactions ../shared/tra
 
 The replay is `codex`'s, as `ctxsim run --policy codex` makes it: each session under the
 preset of its recorded version. The i-th automatic compaction a session recorded is paired
-with the i-th compaction the preset makes when it replays that session (rows of stage ``compact``); the recorded
-request is the first one whose context is the compacted one (CompactionEvent.request), the
+with the i-th compaction the preset makes when it replays that session (rows of stage
+``compact``); the recorded request is the first one whose context is the compacted one
+(CompactionEvent.request), the
 simulated one is the request whose main call the preset sent compacted. Manual (/compact)
 compactions are listed, not paired: no automatic rule makes them. Below the table: the
 sessions (with or without a recorded compaction) where the preset compacts a different
