@@ -64,7 +64,8 @@ The columns (LOSS_SCHEMA), for the view of one call made for request k:
   it fetched back);
 * `after_compaction` (request rows): the view was rewritten by a compaction at k: the
   policy made a compaction call for request k and the request no longer sends the
-  conversation that call summarized (its view less its last item, the summary prompt), or
+  conversation that call summarized (its view less its last item, the summary prompt; for
+  a call that sends no view, one the recording never billed, the last view seen), or
   a recorded compaction artifact enters the view at k (the recording's own compaction,
   as-recorded);
 * `resent_tokens`: on rows after a compaction, the prompt tokens not read from the cache.
@@ -85,7 +86,7 @@ from simulator.model import Columns, Flag, Kind, Session, Trace
 from simulator.policy import Call, Policy
 from simulator.pricing import PriceBook
 from simulator.refetch import SessionLoop
-from simulator.view import Seen, View
+from simulator.view import Seen, View, prefix_hashes
 
 if TYPE_CHECKING:  # the engine imports this module
     from simulator.replay import ReplayOptions
@@ -496,6 +497,8 @@ class SessionLoss:
                 view.changed = self.n = total
                 view.seen = None
         else:
+            if call.kind == "compaction" and total < 2:
+                self._summarized_last()
             self._another(view, n, total)
         kind = call.kind
         if (
@@ -505,6 +508,23 @@ class SessionLoss:
         ):
             return (self.human_at[k], self.human, self.summary, 0, False)
         return self._checked(k, view, kind, total)
+
+    def _summarized_last(self) -> None:
+        """A compaction call that sends no view (one the recording never billed: Codex
+        0.118+'s remote compaction, `compaction_call` "unrecorded") summarized the last view
+        seen: its last item as seen marks what a request after it no longer sends."""
+        seen_view, n = self.last_view, self.n
+        if seen_view is None or n == 0:
+            return
+        c = seen_view.changed
+        if c >= n:
+            last = seen_view.chains[n - 1]
+        else:  # changed below n since: the items seen from c on are kept in `View.seen`
+            seen = seen_view.seen
+            assert seen is not None
+            previous = seen_view.chains[c - 1] if c else seen_view.root
+            last = prefix_hashes(previous, c, seen.hashes[: n - c])[-1]
+        self.summarized.append((n - 1, last))
 
     def _another(self, view: View, n: int, total: int) -> None:
         """`facts` for another view object than the last one seen (a re-chained prefix, a

@@ -337,6 +337,27 @@ def test_codex_unrecorded_compaction_call_is_a_row_priced_zero() -> None:
     assert contexts(frame)[3] == 18_600
 
 
+@pytest.mark.parametrize("call", ["billed", "unrecorded"])
+def test_the_request_after_a_codex_compaction_is_marked_whatever_its_call(call: str) -> None:
+    """The loss columns see the compaction whether or not its call is billed (an
+    unrecorded call sends no view: it summarized the view before it): limit 50,000,
+    compaction at request 4, whose main call is the first after it and re-sends what it
+    does not read from the cache; no other request is marked."""
+    from simulator.loss import replay_with_loss
+
+    params = {"summary_tokens": SUMMARY, "model_auto_compact_token_limit": 50_000}
+    trace = uniform(6).trace()
+    frame = replay_with_loss([("t", trace)], Codex(compaction_call=call, **params))
+    assert compactions(frame) == [(4, "compact")]
+    requests = frame.filter(pl.col("kind") == "request")
+    marked = requests.filter(pl.col("after_compaction"))
+    assert marked["request"].to_list() == [4]
+    r = marked.row(0, named=True)
+    assert r["resent_tokens"] == r["uncached_input"] + r["cache_write_5m"] + r["cache_write_1h"]
+    assert r["resent_tokens"] > 0
+    assert requests.filter(~pl.col("after_compaction"))["resent_tokens"].sum() == 0
+
+
 @pytest.mark.parametrize(("answers", "after"), [(False, 20_080), (True, 20_380)])
 def test_codex_0118_keeps_each_turns_answer(answers: bool, after: int) -> None:
     """Three turns of 2,000-token messages, each after the previous turn's 100-token
