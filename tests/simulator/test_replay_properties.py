@@ -311,11 +311,13 @@ class _Recount:
         self.index = -1
         self.seen: set[int] = set()
         self.summarized: list[tuple[int, int]] = []
+        #: The previous call's last item (position, prefix hash), as it was sent.
+        self.last: tuple[int, int] | None = None
 
     def __call__(self, index: int, k: int, view: Any, call: Any, usage: Any) -> None:
         session = self.trace.sessions[index]
         if index != self.index:
-            self.index, self.seen, self.summarized = index, set(), []
+            self.index, self.seen, self.summarized, self.last = index, set(), [], None
         b = session.blocks
         flags = b["flags"].astype(np.int64)
         artifact = (flags & int(Flag.ARTIFACT)) != 0
@@ -349,6 +351,9 @@ class _Recount:
             self.seen, self.summarized = in_view, []
         elif call.kind == "compaction" and len(view.chains) >= 2:
             self.summarized.append((len(view.chains) - 2, view.chains[-2]))
+        elif call.kind == "compaction" and self.last is not None:
+            self.summarized.append(self.last)  # it sends no view: it summarized the last one
+        self.last = (len(view.chains) - 1, view.chains[-1]) if view.chains else None
         resent = usage[0] + usage[2] + usage[3] if after else 0
         self.rows.append((human_tokens, kept, summary, stale, after, resent))
 
