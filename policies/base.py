@@ -18,9 +18,9 @@ import numpy as np
 
 from policies.calibration.summary import SUMMARY_CAP, summary_tokens
 from policies.conversation import Conversation
-from simulator.model import Flag, Kind
+from simulator.model import Flag, Kind, Session
 from simulator.params import Param, choice, count, flag, tokens
-from simulator.policy import Call, Emitter, SessionContext, SessionPolicy
+from simulator.policy import Call, Emitter, Policy, PolicySpec, SessionContext, SessionPolicy
 from simulator.view import FIVE_MINUTES, ONE_HOUR, Breakpoint, View, chain
 
 #: A shared prefix warmed by other sessions is taken to stay warm: far longer than any TTL.
@@ -87,6 +87,33 @@ def previous_message_end(ids: list[int], n_prefix: int, roles: list[int], kinds:
     if q < n_prefix or ids[q] < 0 or kinds[ids[q]] == Kind.THINKING:
         return -1
     return q
+
+
+class MatchedVersion(Policy):
+    """A harness's policy that replays each session under the preset of the version it was
+    recorded with (`claude-code`, `codex`): version "matched"; parameters given to it
+    apply over each session's preset, and its spec names only those (the rest comes from
+    each session's preset, so a rebuilt spec must not pin them to the base defaults)."""
+
+    version = "matched"
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.given = {key: self.params[key] for key in params}
+
+    def spec(self) -> PolicySpec:
+        return PolicySpec(self.name, self.version, tuple(sorted(self.given.items())), self.variant)
+
+    def session(self, ctx: SessionContext) -> SessionPolicy:
+        return self.preset_session(ctx, {**self.preset_defaults(ctx.session), **self.given})
+
+    def preset_defaults(self, session: Session) -> dict[str, Any]:
+        """Every parameter of the preset that `session`'s recorded version matches."""
+        raise NotImplementedError
+
+    def preset_session(self, ctx: SessionContext, params: dict[str, Any]) -> SessionPolicy:
+        """The policy's session under `params`."""
+        raise NotImplementedError
 
 
 class ConversationSession(SessionPolicy):

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.base import ConversationSession, previous_message_end, ttl_ms
+from policies.base import ConversationSession, MatchedVersion, previous_message_end, ttl_ms
 from policies.calibration.summary import BEYOND_FILE_RULE, compaction_output_tokens
 from policies.claude_code.autocompact import Autocompact, Limits
 from policies.claude_code.budget import Budget
@@ -44,14 +44,13 @@ from policies.claude_code.recorded import recorded_compactions
 from policies.claude_code.settings import client_window, env_truthy, standard_window_from
 from policies.claude_code.snip import Snip
 from policies.prompt_suggestion import post_turn_writes
-from simulator.model import version_tuple
+from simulator.model import Session, version_tuple
 from simulator.models import STANDARD_WINDOW
 from simulator.params import Declarations
 from simulator.policy import (
     Call,
     Emitter,
     Policy,
-    PolicySpec,
     SessionContext,
     SessionPolicy,
     register,
@@ -635,25 +634,18 @@ def preset_for(client: str) -> str:
 
 
 @register
-class ClaudeCodeMatched(ClaudeCode):
+class ClaudeCodeMatched(MatchedVersion, ClaudeCode):
     """`claude-code`: each session under the preset of its own recorded version
     (`Session.client`, see `preset_for`); parameters given to it apply over that preset."""
 
     name = "claude-code"
     version = "matched"
 
-    def __init__(self, **params: Any) -> None:
-        super().__init__(**params)
-        self.given = {key: self.params[key] for key in params}
+    def preset_defaults(self, session: Session) -> dict[str, Any]:
+        return dict(_PRESETS[preset_for(session.client)].defaults)
 
-    def spec(self) -> PolicySpec:
-        """Only the parameters given: the rest comes from each session's preset, so a
-        rebuilt spec must not pin them to BASE."""
-        return PolicySpec(self.name, self.version, tuple(sorted(self.given.items())), self.variant)
-
-    def session(self, ctx: SessionContext) -> SessionPolicy:
-        preset = _PRESETS[preset_for(ctx.session.client)]
-        return _State(ctx, {**preset.defaults, **self.given})
+    def preset_session(self, ctx: SessionContext, params: dict[str, Any]) -> SessionPolicy:
+        return _State(ctx, params)
 
 
 _PRESETS: dict[str, type[ClaudeCode]] = {cls.name: cls for _, cls in VERSIONED} | {

@@ -49,6 +49,7 @@ from policies.base import (
     SUMMARY_TOKENS,
     WARM_START,
     ConversationSession,
+    MatchedVersion,
 )
 from policies.calibration.summary import SUMMARY_CAP
 from simulator.model import Flag, Kind, Role, Session, version_tuple
@@ -58,7 +59,6 @@ from simulator.policy import (
     Emitter,
     Limits,
     Policy,
-    PolicySpec,
     SessionContext,
     SessionPolicy,
     register,
@@ -744,7 +744,7 @@ class CodexLatest(Codex0140):
 
 
 @register
-class CodexMatched(Codex):
+class CodexMatched(MatchedVersion, Codex):
     """`codex`: each session under the preset of the Codex CLI version it was recorded with
     (`preset_for`; a session of another client or of an unknown version under the newest);
     parameters given to it apply over that preset, as `claude-code` does for Claude Code."""
@@ -752,15 +752,8 @@ class CodexMatched(Codex):
     name = "codex"
     version = "matched"
 
-    def __init__(self, **params: Any) -> None:
-        super().__init__(**params)
-        self.given = {key: self.params[key] for key in params}
+    def preset_defaults(self, session: Session) -> dict[str, Any]:
+        return {**Codex.defaults, **preset_for(_client_version(session.client))}
 
-    def spec(self) -> PolicySpec:
-        """Only the parameters given: the rest comes from each session's preset, so a
-        rebuilt spec must not pin them to the base defaults."""
-        return PolicySpec(self.name, self.version, tuple(sorted(self.given.items())), self.variant)
-
-    def session(self, ctx: SessionContext) -> SessionPolicy:
-        preset = preset_for(_client_version(ctx.session.client))
-        return CodexSession(ctx, {**Codex.defaults, **preset, **self.given})
+    def preset_session(self, ctx: SessionContext, params: dict[str, Any]) -> SessionPolicy:
+        return CodexSession(ctx, params)
