@@ -138,6 +138,18 @@ class Conversation:
                     [t for _, t in sent],
                 )
 
+    def find_recent(self, key: int) -> int | None:
+        """Where `key` is in `items` (None: not there), looked for from the end: for an item
+        placed lately (the last request's final marker, the last turn's response), what
+        the search costs is its distance from the end, however the items before it moved.
+        `index_of` rebuilds its index after every such move, which a collapse commit at
+        every request made quadratic (tests/bench/test_bench_policies.py)."""
+        items = self.items
+        for i in range(len(items) - 1, -1, -1):
+            if items[i] == key:
+                return i
+        return None
+
     def index_of(self, key: int) -> int | None:
         """Where `key` is in `items` (None: not there), without scanning them: an index
         extended on appends and rebuilt when `epoch` says items left or moved (the stages

@@ -221,7 +221,7 @@ class _State(ConversationSession):
         holds that response, the entry is there for request k to read (not priced: the
         fork is not in the recording, as under as-recorded)."""
         conv = self.conv
-        i = conv.index_of(self.post_turn[k])
+        i = conv.find_recent(self.post_turn[k])  # the last turn's response: near the end
         if i is not None:
             out.written(conv.sync(), conv.n_prefix + i, self._ts_end[k - 1], self.ttl(k - 1))
 
@@ -327,7 +327,7 @@ class _State(ConversationSession):
             at = self._final_at
             items = conv.items
             if not (at < len(items) and items[at] == previous):
-                at = conv.index_of(previous)  # items left or moved since (mostly: appends)
+                at = conv.find_recent(previous)  # items left or moved since: near the end
         if not conv.prefix.restored and (at is None or last - (n + at) <= ANTHROPIC_LOOKBACK):
             return -1
         return previous_message_end(view.ids, n, self._roles, conv.kinds)

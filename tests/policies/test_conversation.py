@@ -120,6 +120,7 @@ def test_the_incremental_view_is_the_rebuilt_view(data: st.DataObject) -> None:
         for key in data.draw(st.lists(st.sampled_from(range(-3, n_blocks)), max_size=5)):
             expected = conv.items.index(key) if key in conv.items else None
             assert conv.index_of(key) == expected
+            assert conv.find_recent(key) == expected
     assert state(conv.sync()) == state(rebuilt(conv))
 
 
