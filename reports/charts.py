@@ -559,11 +559,14 @@ def _loss_chart(run: RunFigures) -> bytes | None:
 
 @dataclass(frozen=True)
 class Line:
-    """A horizontal limit drawn on a session chart."""
+    """A horizontal limit drawn on a session chart; `spans`, where the limit changed
+    within the session (a client that went from a 1M to a 200k window), each (first
+    request, last request, tokens) it held over, in order."""
 
     label: str
     tokens: int
     style: str
+    spans: tuple[tuple[int, int, int], ...] = ()
 
 
 def _number(value: Any) -> float | None:
@@ -583,6 +586,7 @@ def stated_lines(rows: pl.DataFrame) -> list[Line]:
     first threshold it worked to (a breaker or thrashing may switch it off later) and its
     blocking limit. Empty where the policy states none, or the rows predate the columns."""
     lines: list[Line] = []
+    requests = rows["request"].to_list()
     for column, label, style in (
         ("threshold_tokens", "compaction threshold", "--"),
         ("blocking_tokens", "blocking limit", ":"),
@@ -591,8 +595,24 @@ def stated_lines(rows: pl.DataFrame) -> list[Line]:
             continue
         values = rows[column].drop_nulls()
         if len(values) and int(values[0]) > 0:
-            lines.append(Line(label, int(values[0]), style))
+            spans = _spans(requests, rows[column].to_list())
+            changed = len({t for _, _, t in spans}) > 1
+            lines.append(Line(label, int(values[0]), style, spans if changed else ()))
     return sorted(lines, key=lambda line: (-line.tokens, line.label))
+
+
+def _spans(requests: list[int], values: list[Any]) -> tuple[tuple[int, int, int], ...]:
+    """(first request, last request, value) of each run of one positive value, in order
+    (rows where the limit is off or unstated end a run)."""
+    spans: list[tuple[int, int, int]] = []
+    for k, value in zip(requests, values, strict=True):
+        if value is None or value <= 0:
+            continue
+        if spans and spans[-1][2] == value and spans[-1][1] >= k - 1:
+            spans[-1] = (spans[-1][0], k, value)
+        else:
+            spans.append((k, k, int(value)))
+    return tuple(spans)
 
 
 def policy_lines(params: dict[str, Any], window: int) -> list[Line]:
@@ -861,14 +881,33 @@ def session_chart(
                 events["breaker trip"] = _marker("D", "breaker trip", color="black", markersize=6)
             for lim in stated_lines(mine) or policy_lines(params.get(spec, {}), window):
                 label = f"{labels[spec]}: {lim.label} {tokens_label(lim.tokens)}"
-                limits.append((Line(label, lim.tokens, lim.style), color))
+                if lim.spans:
+                    label = f"{labels[spec]}: {lim.label} " + ", ".join(
+                        tokens_label(t)
+                        + (f" from request {first}" if n else "")
+                        + ("" if context_max >= 0.4 * t else " (above the chart)")
+                        for n, (first, _, t) in enumerate(lim.spans)
+                    )
+                limits.append((Line(label, lim.tokens, lim.style, lim.spans), color))
         # A limit far above the data would squash it against the axis: a limit is drawn
         # when the context comes within reach of it, else the legend names it.
-        reach = [lim.tokens for lim, _ in limits if context_max >= 0.4 * lim.tokens]
+        reach = [
+            t
+            for lim, _ in limits
+            for t in ([t for _, _, t in lim.spans] or [lim.tokens])
+            if context_max >= 0.4 * t
+        ]
         top = max([context_max, *reach])
         limit_handles = []
         for lim, color in limits:
-            if context_max >= 0.4 * lim.tokens:
+            if lim.spans:  # the limit changed: each value over the requests it held
+                for first, end, t in lim.spans:
+                    if context_max >= 0.4 * t:
+                        ax.hlines(t, first - 0.5, end + 0.5, color=color, lw=1.1, ls=lim.style)
+                limit_handles.append(
+                    Line2D([], [], color=color, lw=1.1, ls=lim.style, label=lim.label)
+                )
+            elif context_max >= 0.4 * lim.tokens:
                 limit_handles.append(
                     ax.axhline(lim.tokens, color=color, lw=1.1, ls=lim.style, label=lim.label)
                 )

@@ -378,3 +378,22 @@ def test_a_pool_only_for_a_report_with_enough_charts() -> None:
     assert not charts.pool_pays(sessions=few, session_limit=12)
     assert charts.pool_pays(sessions=few + 1, session_limit=12)
     assert not charts.pool_pays(sessions=500, session_limit=few)
+
+
+def test_a_limit_that_changes_within_the_session_is_drawn_as_it_held() -> None:
+    """A client that went from a 1M to a 200k window (flutter-docker 390ab778 of
+    ../shared/traces: 967k, then 167k from request 94) states each limit over the requests
+    it held; a limit that never changes keeps one line across the chart."""
+    rows = pl.DataFrame(
+        {
+            "request": [0, 1, 2, 2, 3, 4],
+            "threshold_tokens": [967_000, 967_000, 167_000, 167_000, None, 167_000],
+            "blocking_tokens": [177_000] * 6,
+        }
+    )
+    lines = {line.label: line for line in charts.stated_lines(rows)}
+    threshold = lines["compaction threshold"]
+    assert threshold.tokens == 967_000  # the first it worked to, as before
+    assert threshold.spans == ((0, 1, 967_000), (2, 2, 167_000), (4, 4, 167_000))
+    assert lines["blocking limit"].spans == ()
+    assert lines["blocking limit"].tokens == 177_000
