@@ -414,12 +414,15 @@ def sweep(
 
 
 def _tune_report(result: TuneResult, spec: Any) -> list[str]:
+    from reports.tables import UNPRICED_NOTE
     from simulator.app.tune import METRICS
 
     shown_always = ("cost", "compactions", "overflows", "breaker_trips", "stale_file_refs")
     metrics = [o.metric for o in spec.objectives]
+    unpriced = False
 
     def shown(figures: dict[str, Any]) -> str:
+        nonlocal unpriced
         parts = []
         for name in dict.fromkeys((*shown_always, *metrics)):
             value = figures.get(name)
@@ -427,7 +430,9 @@ def _tune_report(result: TuneResult, spec: Any) -> list[str]:
             if value is None:
                 parts.append(f"{label} -")
             elif name == "cost":
-                parts.append(f"cost ${value:,.4f}")
+                mark = "*" if figures.get("unpriced_calls") else ""
+                unpriced = unpriced or bool(mark)
+                parts.append(f"cost ${value:,.4f}{mark}")
             elif isinstance(value, float):
                 parts.append(f"{label} {value:.4f}")
             else:
@@ -461,6 +466,8 @@ def _tune_report(result: TuneResult, spec: Any) -> list[str]:
             lines.append(f"  trial {r['trial']}: {tuned}  {scores}")
         if result.front.height > FRONT_LIMIT:
             lines.append(f"  ... all {result.front.height} in pareto.parquet")
+    if unpriced:
+        lines.append(UNPRICED_NOTE)
     return lines
 
 

@@ -287,3 +287,22 @@ def test_tune_command_with_two_objectives_writes_the_front_identically(tmp_path:
     assert front.height >= 1 and front.columns[1] == COLUMN
     refused = tune_cli(*args, "--maximize", "--out", tmp_path / "c")
     assert refused.exit_code == 2 and "write max:METRIC" in refused.output
+
+
+@pytest.mark.parametrize("unpriced", [0, 3])
+def test_the_report_marks_dollars_that_leave_out_unpriced_calls(unpriced: int) -> None:
+    """As the run summary and the sweep table do: a cost that leaves out calls whose model
+    has no price is marked, and the note says so."""
+    from reports.tables import UNPRICED_NOTE
+    from simulator.app.cli_sweep import _tune_report
+
+    figures = dict.fromkeys(tn.METRICS, 0) | {"cost": 12.5, "unpriced_calls": unpriced}
+    result = tn.TuneResult(
+        study="s", trials=pl.DataFrame({"trial": [0]}), new_trials=1, best=None,
+        baseline=figures, shipped={BUFFER: 13_000},
+    )  # fmt: skip
+    lines = _tune_report(result, spec())
+    cost = next(line for line in lines if "cost $" in line)
+    assert ("cost $12.5000*" in cost) == bool(unpriced)
+    assert ("cost $12.5000 " in cost) == (not unpriced)
+    assert (UNPRICED_NOTE in lines) == bool(unpriced)
