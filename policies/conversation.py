@@ -262,7 +262,6 @@ class Conversation:
         if self._dirty is not None:
             i = self._dirty
             self._dirty = None
-            self.view.truncate(self.n_prefix + i)
             keys = self.items[i:]
             override, edited = self.override, self.edited
             block_hashes, block_tokens = self.hashes, self.tokens
@@ -277,7 +276,16 @@ class Conversation:
                 for k in keys
             ]
             ids = [k if k >= 0 else NO_BLOCK for k in keys]
-            self.view.extend_items(ids, hashes, tokens)
+            view, start = self.view, self.n_prefix + i
+            held = len(view.ids) - start  # items of the tail the view holds already
+            if 0 < held <= len(ids) and view.ids[start:] == ids[:held]:
+                # The same items at the same positions (an item masked or cleared): only
+                # what changed is re-chained; what the view lacks is appended.
+                view.rewrite(start, hashes[:held], tokens[:held])
+                view.extend_items(ids[held:], hashes[held:], tokens[held:])
+            else:
+                view.truncate(start)
+                view.extend_items(ids, hashes, tokens)
         return self.view
 
     def _apply_edits(self) -> None:

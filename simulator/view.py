@@ -387,6 +387,42 @@ class View:
     def items(self, start: int = 0) -> list[tuple[int, int, int]]:
         return list(zip(self.ids[start:], self.hashes[start:], self.tokens[start:], strict=True))
 
+    def rewrite(self, start: int, hashes: list[int], tokens: list[int]) -> None:
+        """The items from `start` on, the same items at the same positions, now sent as
+        `hashes` and `tokens` (a masked or cleared result among them): equal to truncating
+        at `start` and appending them again, at the cost of the items that changed. A
+        prefix hash is the running sum of its items' terms (`prefix_hashes`) and a running
+        count the sum of their tokens, so a change at position j moves every later one by
+        the same amount: one pass adds it (masking at every request re-chained 30-40 items
+        each time: tests/bench/test_bench_policies.py)."""
+        n = len(self.ids)
+        if n - start != len(hashes) or len(hashes) != len(tokens):
+            raise ValueError("one hash and one token count per item from start to the end")
+        old_hashes, old_tokens = self.hashes, self.tokens
+        changed = [
+            p
+            for p, h, t in zip(range(start, n), hashes, tokens, strict=True)
+            if h != old_hashes[p] or t != old_tokens[p]
+        ]
+        if not changed:
+            return
+        if changed[0] < self.changed:
+            self._keep_seen(changed[0])
+        chains, cum = self.chains, self.cum
+        shift = tokens_shift = 0
+        for i, p in enumerate(changed):
+            h, t = hashes[p - start], tokens[p - start]
+            if h != old_hashes[p]:
+                shift = (shift + term(p, h) - term(p, old_hashes[p])) & _MASK
+                old_hashes[p] = h
+            tokens_shift += t - old_tokens[p]
+            old_tokens[p] = t
+            end = changed[i + 1] if i + 1 < len(changed) else n
+            if shift:
+                chains[p:end] = [(c + shift) & _MASK for c in chains[p:end]]
+            if tokens_shift:
+                cum[p:end] = [c + tokens_shift for c in cum[p:end]]
+
     def replace(self, position: int, block: int, item_hash: int, tokens: int) -> None:
         """Rewrite one item; every later prefix hash is recomputed (its prefix changed)."""
         rest = self.items(position + 1)

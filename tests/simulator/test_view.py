@@ -234,3 +234,44 @@ def test_the_last_changed_index() -> None:
     view.truncate(5)
     assert view.changed == 5
     assert View(1).copy().changed == 0 and view.copy().changed == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(HASHES, TOKENS), min_size=1, max_size=3 * _VECTOR_MIN),
+    st.data(),
+)
+def test_a_rewrite_in_place_is_truncating_and_appending_again(
+    items: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    """`View.rewrite` (the same items at the same positions, some sent otherwise) gives
+    the view truncating at its start and appending them again gives, and keeps what an
+    observer saw as that does (`changed`, `seen`)."""
+    start = data.draw(st.integers(0, len(items) - 1), label="start")
+    new = list(items)
+    for p in data.draw(st.lists(st.integers(start, len(items) - 1), max_size=4), label="at"):
+        new[p] = (data.draw(HASHES, label="hash"), data.draw(TOKENS, label="tokens"))
+    seen_at = data.draw(st.integers(0, len(items)), label="observer's last look")
+    fast, slow = at_once(items), at_once(items)
+    fast.changed = slow.changed = seen_at
+    fast.rewrite(start, [h for h, _ in new[start:]], [t for _, t in new[start:]])
+    slow.truncate(start)
+    slow.extend_items(list(range(start, len(items))), [h for h, _ in new[start:]],
+                      [t for _, t in new[start:]])  # fmt: skip
+    assert state(fast) == state(slow) == state(at_once(new))
+    # The observer's mark falls to the first item that changed (truncating marks every
+    # item from `start`, changed or not), and what it saw there is kept.
+    first = next((p for p in range(start, len(items)) if new[p] != items[p]), None)
+    if first is not None and first < seen_at:
+        assert fast.changed == first and fast.seen is not None
+        assert fast.ids[:first] + fast.seen.ids == list(range(seen_at))
+        assert fast.seen.hashes == [h for h, _ in items[first:seen_at]]
+        assert fast.seen.tokens == [t for _, t in items[first:seen_at]]
+    else:
+        assert fast.changed == seen_at and fast.seen is None
+
+
+def test_a_rewrite_needs_one_hash_and_count_per_item() -> None:
+    view = at_once([(1, 1), (2, 2)])
+    with pytest.raises(ValueError, match="one hash and one token count per item"):
+        view.rewrite(0, [1], [1])
