@@ -213,8 +213,8 @@ def _compared_note(sessions: pl.DataFrame) -> str:
             return (
                 f"vs recorded: the spec's dollars against the recording's "
                 f"(${v['recorded_cost']:,.4f}) over the {v['compared_sessions']:,} of "
-                f"{v['sessions']:,} sessions that logged usage of priced models; cost covers "
-                "every session."
+                f"{v['sessions']:,} replayed sessions (a subagent's its own) that logged "
+                "usage of priced models; cost covers every session."
             )
     return ""
 

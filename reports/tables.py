@@ -304,8 +304,9 @@ def render_run_summary(outputs: Any, width: int | None = None) -> str:
         counts = next(v for v in versus.values() if v["compared_sessions"])
         notes.append(
             f"recorded $ (${counts['recorded_cost']:,.4f}), simulated $ and diff cover the "
-            f"{counts['compared_sessions']:,} of {counts['sessions']:,} sessions that logged "
-            "usage of priced models; all sessions $: the policy's dollars over every session"
+            f"{counts['compared_sessions']:,} of {counts['sessions']:,} replayed sessions "
+            "(a subagent's its own) that logged usage of priced models; all sessions $: the "
+            "policy's dollars over every session"
         )
     if recorded is not None:
         whole = " (every priced call)" if partial else ""

@@ -228,7 +228,8 @@ def test_the_report_reads_each_policy_against_the_recording(tmp_path: Path) -> N
     base = sum(s["recorded_cost"] for s in logged)
     assert (
         f"vs recorded: the spec&#x27;s dollars against the recording&#x27;s (${base:,.4f}) "
-        "over the 5 of 6 sessions that logged usage of priced models; cost covers every "
+        "over the 5 of 6 replayed sessions (a subagent&#x27;s its own) that logged usage of "
+        "priced models; cost covers every "
         "session." in html
     )
     assert "each session under the preset of its recorded version" in html

@@ -137,9 +137,9 @@ def test_the_what_if_prints_dollars_events_and_losses_per_policy(
     assert "recorded: $0.0421" in text
     sessions_n = sessions.filter(pl.col("policy") == "toy").height
     assert (
-        f"recorded $ ($0.0421), simulated $ and diff cover the 1 of {sessions_n} sessions "
-        "that logged usage of priced models; all sessions $: the policy's dollars over every "
-        "session" in text
+        f"recorded $ ($0.0421), simulated $ and diff cover the 1 of {sessions_n} replayed "
+        "sessions (a subagent's its own) that logged usage of priced models; all sessions $: "
+        "the policy's dollars over every session" in text
     )
 
 
