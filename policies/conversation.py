@@ -67,6 +67,9 @@ class Conversation:
         self.synthetic: dict[int, Synthetic] = {}
         self._next_synthetic = -2
         self._dirty: int | None = None
+        #: Keys sent otherwise in place since the last sync (`_changed_in_place`); None
+        #: once anything moved items (`touch`).
+        self._in_place: list[int] | None = []
         #: View positions deleted by reference since the last sync (see `edit_out`).
         self._edits: list[int] = []
         #: Where each key is in `items`, for items[:_indexed] (see `index_of`).
@@ -127,16 +130,22 @@ class Conversation:
             return
         self.items.extend(keys)
         if self._dirty is None:
-            plain = self.override.keys().isdisjoint(keys) and self.edited.isdisjoint(keys)
-            if plain and min(keys) >= 0:
-                self.view.extend_blocks(keys, self.hashes, self.tokens)
-            else:
-                sent = [self.sent(k) for k in keys]
-                self.view.extend_items(
-                    [k if k >= 0 else NO_BLOCK for k in keys],
-                    [h for h, _ in sent],
-                    [t for _, t in sent],
-                )
+            self._extend(keys)
+
+    def _extend(self, keys: list[int]) -> None:
+        """The items of `keys` appended to the view as they are sent."""
+        if not keys:
+            return
+        plain = self.override.keys().isdisjoint(keys) and self.edited.isdisjoint(keys)
+        if plain and min(keys) >= 0:
+            self.view.extend_blocks(keys, self.hashes, self.tokens)
+        else:
+            sent = [self.sent(k) for k in keys]
+            self.view.extend_items(
+                [k if k >= 0 else NO_BLOCK for k in keys],
+                [h for h, _ in sent],
+                [t for _, t in sent],
+            )
 
     def find_recent(self, key: int) -> int | None:
         """Where `key` is in `items` (None: not there), looked for from the end: for an item
@@ -181,6 +190,14 @@ class Conversation:
     def touch(self, index: int) -> None:
         """Item `index` changed: the view is re-chained from there at the next sync."""
         self._dirty = index if self._dirty is None else min(self._dirty, index)
+        self._in_place = None  # items may have moved: the sync rebuilds from there
+
+    def _changed_in_place(self, key: int, index: int) -> None:
+        """Item `index` (`key`) is sent otherwise where it is (masked, cleared): the sync
+        rewrites it alone, unless something else moved items since the last sync."""
+        self._dirty = index if self._dirty is None else min(self._dirty, index)
+        if self._in_place is not None:
+            self._in_place.append(key)
 
     def _record(self, stage: str | None, kind: str, removed: int, first: int | None) -> None:
         """Put an edit on the record when a stage names itself (compactions and the
@@ -195,7 +212,7 @@ class Conversation:
         before = self.sent(block)[1] if edit is not None else 0
         self.override[block] = (item_hash, tokens)
         i = self._position(block)
-        self.touch(i)
+        self._changed_in_place(block, i)
         if edit is not None:
             self._record(edit, "mask", before - self.sent(block)[1], i)
 
@@ -233,6 +250,8 @@ class Conversation:
         i = self._position(block)
         if self._dirty is None or i < self._dirty:
             self._edits.append(self.n_prefix + i)
+        elif self._in_place is not None:
+            self._in_place.append(block)  # at or after a pending change: rewritten there
         self._record(edit, "clear", removed, None)
 
     def replace_range(self, lo: int, hi: int, keys: list[int], *, edit: str | None = None) -> None:
@@ -262,6 +281,20 @@ class Conversation:
         if self._dirty is not None:
             i = self._dirty
             self._dirty = None
+            in_place, self._in_place = self._in_place, []
+            view, start = self.view, self.n_prefix + i
+            held = len(view.ids) - start  # items of the tail the view holds already
+            if in_place is not None and held > 0:
+                # Only items sent otherwise where they are since the last sync (the view
+                # holds the items before the appended ones, in place): each rewritten
+                # alone, what the view lacks appended.
+                n, end = self.n_prefix, i + held
+                at = sorted({self._position(key) for key in in_place})
+                sent = [self.sent(self.items[p]) for p in at if p < end]
+                view.rewrite_at([n + p for p in at if p < end], [h for h, _ in sent],
+                                [t for _, t in sent])  # fmt: skip
+                self._extend(self.items[end:])
+                return view
             keys = self.items[i:]
             override, edited = self.override, self.edited
             block_hashes, block_tokens = self.hashes, self.tokens
@@ -276,8 +309,6 @@ class Conversation:
                 for k in keys
             ]
             ids = [k if k >= 0 else NO_BLOCK for k in keys]
-            view, start = self.view, self.n_prefix + i
-            held = len(view.ids) - start  # items of the tail the view holds already
             if 0 < held <= len(ids) and view.ids[start:] == ids[:held]:
                 # The same items at the same positions (an item masked or cleared): only
                 # what changed is re-chained; what the view lacks is appended.

@@ -390,34 +390,43 @@ class View:
     def rewrite(self, start: int, hashes: list[int], tokens: list[int]) -> None:
         """The items from `start` on, the same items at the same positions, now sent as
         `hashes` and `tokens` (a masked or cleared result among them): equal to truncating
-        at `start` and appending them again, at the cost of the items that changed. A
-        prefix hash is the running sum of its items' terms (`prefix_hashes`) and a running
-        count the sum of their tokens, so a change at position j moves every later one by
-        the same amount: one pass adds it (masking at every request re-chained 30-40 items
-        each time: tests/bench/test_bench_policies.py)."""
+        at `start` and appending them again, at the cost of the items that changed
+        (`rewrite_at`)."""
         n = len(self.ids)
         if n - start != len(hashes) or len(hashes) != len(tokens):
             raise ValueError("one hash and one token count per item from start to the end")
+        self.rewrite_at(range(start, n), hashes, tokens)
+
+    def rewrite_at(
+        self, positions: Iterable[int], hashes: Iterable[int], tokens: Iterable[int]
+    ) -> None:
+        """The items at `positions` (ascending) sent as `hashes` and `tokens`, in place.
+
+        A prefix hash is the running sum of its items' terms (`prefix_hashes`) and a
+        running count the sum of their tokens, so a change at position j moves every later
+        one by the same amount: one pass adds it, where truncating and appending again
+        re-chained every later item (masking at every request: 30-40 of them each time,
+        tests/bench/test_bench_policies.py). An observer's marks move as truncating would
+        move them, from the first item that changed (`changed`, `seen`)."""
         old_hashes, old_tokens = self.hashes, self.tokens
         changed = [
-            p
-            for p, h, t in zip(range(start, n), hashes, tokens, strict=True)
+            (p, h, t)
+            for p, h, t in zip(positions, hashes, tokens, strict=True)
             if h != old_hashes[p] or t != old_tokens[p]
         ]
         if not changed:
             return
-        if changed[0] < self.changed:
-            self._keep_seen(changed[0])
-        chains, cum = self.chains, self.cum
+        if changed[0][0] < self.changed:
+            self._keep_seen(changed[0][0])
+        chains, cum, n = self.chains, self.cum, len(self.ids)
         shift = tokens_shift = 0
-        for i, p in enumerate(changed):
-            h, t = hashes[p - start], tokens[p - start]
+        for i, (p, h, t) in enumerate(changed):
             if h != old_hashes[p]:
                 shift = (shift + term(p, h) - term(p, old_hashes[p])) & _MASK
                 old_hashes[p] = h
             tokens_shift += t - old_tokens[p]
             old_tokens[p] = t
-            end = changed[i + 1] if i + 1 < len(changed) else n
+            end = changed[i + 1][0] if i + 1 < len(changed) else n
             if shift:
                 chains[p:end] = [(c + shift) & _MASK for c in chains[p:end]]
             if tokens_shift:
