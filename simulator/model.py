@@ -218,6 +218,11 @@ class Session:
     #: program had rewritten, empty when none: Codex then rebuilt its history from that
     #: copy (traces/codex.py `joined_entries`; policies/peers/codex.py `PRESETS`).
     restored_at: list[int] = field(default_factory=list)
+    #: Requests sent by a client process other than the one that sent the request before
+    #: (a restart: an upgrade, a `--resume`), empty when none; a new process has lost what
+    #: its predecessor held only in memory (traces/claude_code.py `_FileReader`;
+    #: policies/claude_code/autocompact.py `Autocompact.restart`).
+    restarted_at: list[int] = field(default_factory=list)
 
     def logged_window(self, request: int) -> int:
         """The window the client logged for the model of `request`, -1 if none."""
@@ -288,6 +293,7 @@ class Trace:
                 a.models,
                 a.context_windows,
                 a.restored_at,
+                a.restarted_at,
             ) == (
                 b.id,
                 b.kind,
@@ -298,6 +304,7 @@ class Trace:
                 b.models,
                 b.context_windows,
                 b.restored_at,
+                b.restarted_at,
             )
             if not (same and a.events == b.events):
                 return False

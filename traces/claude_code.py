@@ -38,6 +38,8 @@ Facts this reader relies on (DESIGN.md section 2):
   a resumed file continues the file it copied as one session.
 * Entry types are not a gate: an entry that carries no message is metadata, whatever its
   type (`_FileReader._entry`).
+* Restarts: a request sent by another client process than the request before it is in
+  `Session.restarted_at` (`_FileReader._process_evidence`, `_restarts`).
 * A line that cannot be parsed (under --lenient) becomes a placeholder node in the tree, so
   a child whose parent was on that line still finds its place: an unknown ``parentUuid``
   resolves to the latest placeholder before the child, else to the previous line.
@@ -46,6 +48,7 @@ Facts this reader relies on (DESIGN.md section 2):
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -91,6 +94,9 @@ METADATA_TYPES = frozenset(
     }
 )
 TREE_TYPES = frozenset({"user", "assistant", "system"})
+#: The hook names a `SessionStart` hook's attachment line carries when a new client process
+#: started on the session or on a copy of it (`_FileReader._process_evidence`).
+START_HOOKS = frozenset({"SessionStart:resume", "SessionStart:fork"})
 
 #: Tools whose results could be produced again by running the tool again.
 REGENERABLE_TOOLS = frozenset(
@@ -219,6 +225,10 @@ class _FileReader:
         #: The session id of the last conversation line: a resumed file's own id (its copied
         #: lines may still carry the id of the session it resumes).
         self.last_session_id = ""
+        #: Lines at which a client process other than the one before wrote the file
+        #: (`_process_evidence`), ascending.
+        self.process_starts: list[int] = []
+        self._process_version = ""
         self._parse(data)
 
     def _report(self, line: int, category: str, message: str) -> None:
@@ -260,6 +270,7 @@ class _FileReader:
         kind = obj.get("type")
         if not isinstance(kind, str):  # a list or object is no type (and is unhashable: R01)
             kind = None
+        self._process_evidence(lineno, obj, kind)
         if kind in TREE_TYPES:
             self._tree_node(lineno, obj, str(kind), pass_through=False)
             return
@@ -275,6 +286,39 @@ class _FileReader:
             self.stats["lines_metadata_unlisted"] = self.stats.get("lines_metadata_unlisted", 0) + 1
         if isinstance(obj.get("uuid"), str):
             self._tree_node(lineno, obj, str(kind or "metadata"), pass_through=True)
+
+    def _process_evidence(self, lineno: int, obj: dict[str, Any], kind: str | None) -> None:
+        """Note the line if a new client process wrote it (`process_starts`).
+
+        A process writes its own version on every line it writes, so a line whose `version`
+        differs from the previous versioned line's was written by another process: certain
+        (../shared/traces/claude-code: 5 changes in 4 files, flutter-docker 5e12a303 2.1.226
+        -> 2.1.228 -> 2.1.232, wakil 0062da63 and 5bea7345, git-sync ec48fae0). A process
+        started on the same version shows itself only by the `SessionStart` hooks it runs,
+        when the user has any: their attachment lines are named `SessionStart:<source>`,
+        and the documented sources are startup, resume, clear, compact and fork
+        (thedotmack/claude-mem#3950, Gentleman-Programming/engram#75). `resume` fires when a
+        process starts on an existing session (`claude --resume`/`--continue`), `fork`
+        when it starts on a copy of one (`--fork-session`: a new file; in ../shared both
+        forks, flutter-docker aba9151e and wakil 31220796, log it exactly where the file's
+        own calls begin after the copied ones); `startup` is a new session, `clear` and
+        `compact` fire inside a running process. ../shared holds 19 resume hook lines in 5
+        files, 3 of them on one version throughout (git-sync 124cf89f, c6533991, ff0a7d3f).
+        Nothing else a resumed process writes first tells it apart: the `last-prompt`,
+        `mode` and `permission-mode` lines it writes (anthropics/claude-code#69013) a
+        running process writes too (5e12a303: 98 `mode` lines, 2 resumes).
+        """
+        version = obj.get("version")
+        if isinstance(version, str) and version:
+            if self._process_version and version != self._process_version:
+                self.process_starts.append(lineno)
+            self._process_version = version
+        if kind == "attachment":
+            attachment = obj.get("attachment")
+            hook = attachment.get("hookName") if isinstance(attachment, dict) else None
+            started = isinstance(hook, str) and hook in START_HOOKS
+            if started and self.process_starts[-1:] != [lineno]:
+                self.process_starts.append(lineno)
 
     def _tree_node(
         self, lineno: int, obj: dict[str, Any], kind: str, *, pass_through: bool
@@ -1026,16 +1070,39 @@ def _build_session(
     token_cache: dict[int, int],
     requests: list[_Request],
     copied_roots: frozenset[str] = frozenset(),
+    process_of: dict[str, int] | None = None,
 ) -> tuple[Session, dict[str, int]]:
     """One session of `reader`: the blocks of `nodes`, priced at `requests` (the session's
-    own calls; calls copied from another file only lay their blocks as context)."""
+    own calls; calls copied from another file only lay their blocks as context).
+    `process_of`: message id -> the file of a resume chain that made the call."""
     client = f"claude-code {reader.version}".strip()
     builder = SessionBuilder(hasher, id=id, kind=kind, parent=parent, client=client)
     requests = _ordered(reader, requests)
     index = {req.message_id: k for k, req in enumerate(requests)}
     _SessionAssembler(reader, builder, nodes, index, copied_roots).run(requests)
     session = builder.finish(token_cache)
+    session.restarted_at = _restarts(reader, requests, process_of or {})
     return session, builder.stats
+
+
+def _restarts(
+    reader: _FileReader, requests: list[_Request], process_of: dict[str, int]
+) -> list[int]:
+    """The requests (by index) whose client process did not send the request before: a
+    process started (`_FileReader.process_starts`) between the first lines of the two
+    responses, or the two calls are of different files of a resume chain (before 2.1.x
+    logged resumes in the session's own file, `--resume` wrote a new file: `_Unit`)."""
+    starts = reader.process_starts
+    out: list[int] = []
+    before = 0
+    previous: int | None = None
+    for k, req in enumerate(requests):
+        seen = bisect_right(starts, reader.nodes[req.first_node].line)
+        process = process_of.get(req.message_id, 0)
+        if k and (seen > before or process != previous):
+            out.append(k)
+        before, previous = seen, process
+    return out
 
 
 def _ordered(reader: _FileReader, requests: list[_Request]) -> list[_Request]:
@@ -1235,6 +1302,7 @@ class _Unit:
         kind: str,
         parent: int,
         copied_roots: frozenset[str] = frozenset(),
+        process_of: dict[str, int] | None = None,
     ) -> int:
         ids = {s.id for s in self.sessions}
         unique, j = id, 1
@@ -1250,6 +1318,7 @@ class _Unit:
             token_cache=self.token_cache,
             requests=requests,
             copied_roots=copied_roots,
+            process_of=process_of,
         )
         add_counts(self.stats, st)
         index = len(self.sessions)
@@ -1267,6 +1336,7 @@ class _Unit:
         earlier = [g.reader.requests for g in chain[:-1]]
         self._count("calls_copied", sum(any(m in e for e in earlier) for m in r.requests))
         _usage_from_originals(chain)
+        process_of = _process_of(chain)
         own, copied = self._split(f)
         self._count("calls_copied", len(copied))
         roots = self._copied_roots(f, copied)
@@ -1302,6 +1372,7 @@ class _Unit:
                 kind=kind,
                 parent=parent if kind == "main" else first,
                 copied_roots=roots,
+                process_of=process_of,
             )
             if kind == "main":
                 first = at
@@ -1363,6 +1434,17 @@ class _Unit:
                 self.sessions[s].events[i] = replace(event, call_usage=usage)
                 return True
         return False
+
+
+def _process_of(chain: list[_File]) -> dict[str, int]:
+    """Message id -> the first file of a resume chain holding the call: each file of the
+    chain is the process that resumed the one before (`_Unit`); empty for a single file."""
+    out: dict[str, int] = {}
+    if len(chain) > 1:
+        for i, g in enumerate(chain):
+            for m in g.reader.request_order:
+                out.setdefault(m, i)
+    return out
 
 
 def _usage_from_originals(chain: list[_File]) -> None:

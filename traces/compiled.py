@@ -219,6 +219,7 @@ def _meta(trace: Trace) -> bytes:
             "n_requests": len(s.requests),
             **_context_windows_meta(s.context_windows),
             **_restored_meta(s.restored_at),
+            **_restarted_meta(s.restarted_at),
         }
         for s in trace.sessions
     ]
@@ -359,6 +360,7 @@ def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> 
             events=s["events"],
             context_windows=s["context_windows"],
             restored_at=s["restored_at"],
+            restarted_at=s["restarted_at"],
         )
         for s, b, r in zip(sessions_meta, blocks, requests, strict=True)
     ]
@@ -508,11 +510,18 @@ def _restored_meta(restored: list[int]) -> dict[str, list[int]]:
     return {"restored_at": [operator.index(k) for k in restored]} if restored else {}
 
 
-def _restored_at(s: dict[str, Any], where: str, label: str) -> list[int]:
-    """A session's optional `restored_at`: ascending request indices within the session."""
-    if "restored_at" not in s:
+def _restarted_meta(restarted: list[int]) -> dict[str, list[int]]:
+    """A session's `restarted_at` entry: absent when one client process sent every request
+    (most sessions), so their compiled meta is as before the field existed."""
+    return {"restarted_at": [operator.index(k) for k in restarted]} if restarted else {}
+
+
+def _restored_at(s: dict[str, Any], where: str, label: str, name: str = "restored_at") -> list[int]:
+    """A session's optional `restored_at` (or `restarted_at`, `name`): ascending request
+    indices within the session; absent in files written before the field existed."""
+    if name not in s:
         return []
-    v = s["restored_at"]
+    v = s[name]
     n = s.get("n_requests", 0)
     if (
         not isinstance(v, list)
@@ -520,7 +529,7 @@ def _restored_at(s: dict[str, Any], where: str, label: str) -> list[int]:
         or any(not 0 <= k < n for k in v)
         or v != sorted(set(v))
     ):
-        raise _fail(label, f"{where}restored_at is not ascending request indices")
+        raise _fail(label, f"{where}{name} is not ascending request indices")
     return list(v)
 
 
@@ -600,6 +609,7 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
             "n_requests": _int(s, "n_requests", where, label),
             "context_windows": _context_windows(s, where, label),
             "restored_at": _restored_at(s, where, label),
+            "restarted_at": _restored_at(s, where, label, "restarted_at"),
         }
         if not (0 <= session["n_blocks"] < 2**31 and 0 <= session["n_requests"] < 2**31):
             raise _fail(

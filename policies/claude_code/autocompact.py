@@ -77,13 +77,21 @@ and MCP-instructions announcements, hook output), beside the summary, files and 
   none follows a compaction by the process that had sent it (da81b1d5 2 of 2, aba9151e 4
   of 4): the client keeps the names it has announced across a compaction
   (claude-code#76161: not reset, "to save about 4K tokens"; #82017: after an
-  auto-compaction only deltas follow; #74990: intended, reproduced on 2.1.233). A
-  restarted process announces them all with its first prompt: 5e12a303's two /compact
-  each came right after a restart (a new version logged before it) and got the whole
-  listing back (4,464 and 4,494 cl100k tokens), which the compiled trace does not mark,
-  so the rule applies to every compaction. The listing's size is the user's (its skills;
-  the client cuts descriptions to 1% of the window, 40,000 characters on 1M:
-  claude-code#68135, melodic-software/claude-code-plugins#1271): flutter-docker's
+  auto-compaction only deltas follow; #74990: intended, reproduced on 2.1.233). The names
+  are the process's own: a new client process (`Session.restarted_at`, traces/
+  claude_code.py: a new version logged, a `SessionStart:resume` or `fork` hook, a resumed
+  file) counts the listing its context holds as sent, and where the context lacks it
+  (after a compaction) announces the whole listing with its first prompt
+  (`announce_listing`). 5e12a303's two /compact each came right after a restart, the
+  command before any prompt, and the first prompt after each carries the whole listing
+  again (`skill_listing` with isInitial true, 69 skills, 4,464 and 4,494 cl100k tokens);
+  git-sync ec48fae0's restart (2.1.150 -> 2.1.153) on a context holding the listing
+  announced a delta of 2 skills (isInitial false), and aba9151e's process, started on a
+  copy holding it, sent none after the auto-compaction it made at once. The listing a
+  new process announced leaves with its own next compaction (an item, replaced). The
+  listing's size is the user's (its skills; the client cuts descriptions to 1% of the
+  window, 40,000 characters on 1M: claude-code#68135,
+  melodic-software/claude-code-plugins#1271): flutter-docker's
   4,281-4,399 cl100k tokens (about 6.8k in Opus 5's), entirecontext's 10,005 (its budget
   on Opus 4.6's 1M window). The preset takes the client's own 4,000, not a recording's;
   it leaves the prefix once per session, from its end and never into the part through
@@ -100,7 +108,10 @@ and MCP-instructions announcements, hook output), beside the summary, files and 
   before 244 (`skill_contents`); the rest of 354's, and da81b1d5's 1,026 at its second,
   are skills the user invoked by a command, which a content-free trace cannot tell from
   other text. Each is cut to 5,000 (length/4) and all to 25,000, the oldest left out
-  (claude-code#96168, 2.1.280).
+  (claude-code#96168, 2.1.280). They are the process's memory: a new client process
+  attaches only the skills it loaded itself (`restart`; #96168: "--resume reconstructs
+  none"): 5e12a303 loaded one skill at request 86, before its first restart, and neither
+  of its /compact after a restart attached `invoked_skills`.
 * The calibrated sizes (the drawn summary, the files, the rest) are Claude tokens at the
   fit's 1.207 per cl100k token (policies/calibration/summary.py); Opus 4.6 and Opus 5
   count more (`tokenizer_ratio`: 1.31 and 1.58-1.59), so they are scaled to the session's
@@ -111,7 +122,11 @@ and MCP-instructions announcements, hook output), beside the summary, files and 
   announcements a compaction sends again had grown by 2.6k cl100k tokens in aba9151e
   (tools announced during the session, unlogged context in the compiled trace). They leave
   the pipeline's context after aba9151e's later compactions 4-10% short; da81b1d5's are
-  14-15% over, its listing being 2.5 times the preset's.
+  14-15% over, its listing being 2.5 times the preset's; 5e12a303's, with the listing
+  back and the skill gone, 5.5% and 5.4% over (61,231 and 69,166 against 58,061 and
+  65,611), with a listing of 4,000 where the recording's is about 7k of Opus 5's tokens
+  (4,464 cl100k at 1.58): the rest of the model there is about 6k over (its 5 files
+  come back at 9,023).
 """
 
 from __future__ import annotations
@@ -236,6 +251,13 @@ class Autocompact:
         listing = p["autocompact.skill_listing_tokens"]
         self.listing_tokens = None if listing is None else int(listing)
         self.listing_dropped = False
+        #: What `_drop_listing` took off the prefix, and the item a restarted process
+        #: announced the listing again with (`announce_listing`), None before any.
+        self.listing_taken = 0
+        self.listing_key: int | None = None
+        #: The first request of the client process now running (`restart`): the skills
+        #: loaded before it are not the process's own.
+        self.skills_since = 0
         self.extra_tokens = int(p["autocompact.restore_extra_tokens"])
         self.reattach_first_message = bool(p["autocompact.reattach_first_message"])
         self.preserve_groups = int(p["autocompact.preserve_tail_groups"])
@@ -418,11 +440,39 @@ class Autocompact:
         """2.1.2xx (`autocompact.skill_listing_tokens`): the first message's skill listing
         is not sent again after the session's first compaction, so the prefix loses it
         from then on (never more than what follows the system prompt's marker; the module
-        docstring has the evidence)."""
+        docstring has the evidence). A restarted process that finds it gone announces it
+        again (`announce_listing`), as an item the next compaction replaces."""
         if self.listing_tokens is None or self.listing_dropped:
             return
         self.listing_dropped = True
-        drop_prefix_tail(conv, self.listing_tokens)
+        self.listing_taken = drop_prefix_tail(conv, self.listing_tokens)
+
+    def restart(self, request: int) -> None:
+        """A new client process sends `request` (`Session.restarted_at`): the skills the
+        Skill tool loaded are held in the old process's memory only, so the new one
+        attaches none of them after a compaction, nor any loaded before it
+        (claude-code#96168: "--resume reconstructs none"; flutter-docker 5e12a303 loaded
+        one skill before its first restart and neither /compact after a restart attached
+        `invoked_skills`). Before the compaction at `request`, if any."""
+        if not self.invoked_skills:
+            return
+        self.skills.clear()
+        self.skills_since = request
+
+    def announce_listing(self, conv: Conversation) -> None:
+        """A new client process's first prompt (`Session.restarted_at`): it announces the
+        whole skill listing when the context it holds lacks it, which is so once a
+        compaction has left it out (`_drop_listing`) and no restarted process has
+        announced it since; where the context holds it, its names count as sent (the
+        module docstring has the evidence). Called after a recorded /compact at that
+        request (the command came before the prompt) and before an auto-compaction there
+        (which the prompt's attachments precede)."""
+        if not (self.listing_dropped and self.listing_taken > 0):
+            return
+        if self.listing_key is not None and self.listing_key in conv.items:
+            return
+        self.listing_key = conv.add_synthetic(self.listing_taken, "listing", 0x5C15)
+        conv.append([self.listing_key])
 
     def _restored(self, conv: Conversation) -> list[int]:
         """Sizes of the files re-attached after compaction: the most recently touched
@@ -453,7 +503,7 @@ class Autocompact:
         the skills its items loaded, kept for the compactions after it."""
         if not self.invoked_skills:
             return
-        for content, tokens, estimate in skill_contents(conv):
+        for content, tokens, estimate in skill_contents(conv, self.skills_since):
             self.skills.pop(content, None)  # invoked again: the newest
             self.skills[content] = (tokens, estimate)
 
@@ -513,20 +563,23 @@ def tokenizer_ratio(session: Session) -> float | None:
     return float(np.median(b["tokens"][big] / b["tokens_raw"][big]))
 
 
-def skill_contents(conv: Conversation) -> list[tuple[int, int, int]]:
+def skill_contents(conv: Conversation, since: int = 0) -> list[tuple[int, int, int]]:
     """(content hash, tokens, length/4) of each skill the conversation's items loaded,
-    oldest first: Claude Code answers a Skill call with a short result and puts the
-    skill's content in the user text that follows it (../shared/traces/claude-code: 37 of
-    its 40 Skill results are followed by one such block, 308-5,535 cl100k tokens but one of
-    158,562, which the per-skill cap cuts)."""
+    oldest first, from request `since` on: Claude Code answers a Skill call with a short
+    result and puts the skill's content in the user text that follows it
+    (../shared/traces/claude-code: 37 of its 40 Skill results are followed by one such
+    block, 308-5,535 cl100k tokens but one of 158,562, which the per-skill cap cuts)."""
     tools = conv.tools
     if "Skill" not in tools:
         return []
     skill = tools.index("Skill")
     n = len(conv.kinds)
+    first = conv.ctx.session.blocks["first_request"] if since else None
     out: list[tuple[int, int, int]] = []
     for key in conv.items:
         if key < 0 or not conv.result[key] or conv.tool_ids[key] != skill:
+            continue
+        if first is not None and first[key] < since:
             continue
         j = key + 1
         while (

@@ -208,6 +208,8 @@ class _State(ConversationSession):
         self._marks_of: list[int] = []
         self._marks_by_ttl: dict[int, list[Breakpoint]] = {}
         self.recorded = recorded_compactions(ctx.session, p["autocompact.as_recorded_before"])
+        #: Requests a new client process sent first (autocompact.py `Autocompact.restart`).
+        self.restarts = frozenset(ctx.session.restarted_at)
         self.post_turn = post_turn_writes(ctx.session) if p["prompt_suggestion"] else {}
         self._roles: list[int] = ctx.session.blocks["role"].tolist()
         #: The item the previous request's final message marker was on (`breakpoints`).
@@ -359,7 +361,13 @@ class _State(ConversationSession):
             prev_end = self._ts_end[k - 1] if k else None  # last assistant message
             estimate -= self.micro.run(conv, self._ts[k], prev_end)
         flags: dict[str, bool] = {}
-        if k in self.recorded and conv.items and not self.compact_off:
+        recorded = k in self.recorded and conv.items and not self.compact_off
+        restarted = k in self.restarts
+        if restarted:  # a new process: before its compaction, and its prompt's listing
+            self.auto.restart(k)
+            if not recorded:
+                self.auto.announce_listing(conv)
+        if recorded:
             # The recording's own compaction (the user's /compact happens whatever stages
             # are on). What it logged after its summary (the command lines, the next
             # prompt) came after the compaction: it stays.
@@ -368,6 +376,8 @@ class _State(ConversationSession):
             conv.remove_blocks(set(after))
             flags.update(self._compact(out, ttl, rec.stage, rec.summary, attached=rec.attached))
             conv.append(after)
+            if restarted:
+                self.auto.announce_listing(conv)
         elif self.collapse.enabled:
             while self.collapse.due(estimate, limits.effective):
                 size = conv.total()

@@ -19,7 +19,7 @@ from policies.calibration.summary import TOKENIZER_RATIO
 from policies.claude_code.autocompact import RATIO_MIN_RAW, tokenizer_ratio
 from policies.claude_code.policy import BASE, preset_for
 from simulator import policy
-from simulator.model import CompactionEvent, Kind, Role
+from simulator.model import CompactionEvent, Kind, Role, Trace
 from simulator.prefix import Prefix, PrefixState
 from tests.policies.claude_code.test_claude_code_stages import (
     AUTO,
@@ -103,6 +103,115 @@ def test_the_listing_leaves_once() -> None:
     assert contexts(frame)[3] == 7_000 + 3_000
     assert contexts(frame)[4] == 7_000 + 3_000 + 2_100
     assert contexts(frame)[5] == 7_000 + 3_000
+
+
+# -- a restarted client process ------------------------------------------------------------
+
+
+class _Restarted(Script):
+    """A Script whose session marks `restarted` as sent first by a new client process
+    (`Session.restarted_at`, as the reader marks it)."""
+
+    def __init__(self, restarted: list[int]) -> None:
+        super().__init__()
+        self.restarted = restarted
+
+    def trace(self) -> Trace:
+        trace = super().trace()
+        trace.sessions[0].restarted_at = self.restarted
+        return trace
+
+
+def _restarted(script: Script, restarted: list[int]) -> _Restarted:
+    """`script` with the restarts marked (its builder and counters taken over)."""
+    out = _Restarted(restarted)
+    out.__dict__.update({k: v for k, v in script.__dict__.items() if k != "restarted"})
+    return out
+
+
+@pytest.mark.parametrize(
+    ("restarted", "after"),
+    [
+        # No restart: the second /compact is by the process that announced the listing.
+        ([], [10_000, 12_100, 10_000]),
+        # Restarted right before the second /compact: its first prompt, after the
+        # command, announces the whole listing again (3,000).
+        ([5], [10_000, 12_100, 13_000]),
+        # Restarted at 4: the new process finds the listing gone and announces it with its
+        # first prompt; its own /compact at 5 leaves it out again.
+        ([4], [10_000, 15_100, 10_000]),
+        # Restarted before any compaction: the context holds the listing, its names count
+        # as sent, and the first /compact leaves it out as without a restart.
+        ([2], [10_000, 12_100, 10_000]),
+    ],
+)
+def test_a_restarted_process_announces_the_listing_once_more(
+    restarted: list[int], after: list[int]
+) -> None:
+    """`_two_manual` with a 3,000-token listing: 7,000 prefix + 3,000 summary after each
+    /compact (3 and 5), + 2,100 at 4; a restarted process's listing is 3,000 more."""
+    params = {**PLAIN, "autocompact.skill_listing_tokens": 3_000}
+    frame, _ = run(_restarted(_two_manual(), restarted), params, LATEST, setup=_first_message)
+    assert compactions(frame) == [(3, "manual"), (5, "manual")]
+    assert contexts(frame)[3:6] == after
+
+
+def _skills_then_compact(restarted: list[int]) -> _Restarted:
+    """`_skills(2_000, False)` (skills of 3,000 and 2,000 loaded at requests 1 and 2, the
+    /compact at 2), then a 2,000-token Bash round and a second /compact at request 3."""
+    s = _restarted(_skills(2_000, False), restarted)
+    s.tool("Bash", 2_000)
+    s.request()
+    s.b.add_event(CompactionEvent(3, "manual", -1, -1, 0))
+    return s
+
+
+@pytest.mark.parametrize(
+    ("restarted", "after"),
+    [
+        # One process: both skills come back after both (10,000 + 3,000 + 5,000).
+        ([], [18_000, 18_000]),
+        # Restarted before the second /compact: the new process holds no skill.
+        ([3], [18_000, 13_000]),
+        # Restarted at 2: skill-one (loaded at 1) was the old process's; skill-two, loaded
+        # at 2, is the new one's: 10,000 + 3,000 + 2,000, and again at 3.
+        ([2], [15_000, 15_000]),
+    ],
+)
+def test_a_restarted_process_has_lost_the_invoked_skills(
+    restarted: list[int], after: list[int]
+) -> None:
+    frame, _ = run(
+        _skills_then_compact(restarted), {**PLAIN, "autocompact.invoked_skills": True}, LATEST
+    )
+    assert compactions(frame) == [(2, "manual"), (3, "manual")]
+    assert contexts(frame)[2:] == after
+
+
+def test_after_a_restart_the_listing_is_back_and_the_skills_gone() -> None:
+    """Both rules of the preset together, the /compact at 3 right after a restart: the
+    prefix 7,000 (the 3,000 listing left at the /compact at 2), the summary 3,000, no
+    skill, the listing announced again 3,000: 13,000, where one process has 7,000 +
+    3,000 + 5,000 = 15,000."""
+    params = {
+        **PLAIN,
+        "autocompact.invoked_skills": True,
+        "autocompact.skill_listing_tokens": 3_000,
+    }
+    for restarted, after in (([], 15_000), ([3], 13_000)):
+        s = _skills_then_compact(restarted)
+        frame, _ = run(s, params, LATEST, setup=_first_message)
+        assert contexts(frame)[2:] == [15_000, after]
+
+
+def test_before_2_1_200_a_restart_changes_nothing() -> None:
+    """claude-code@2.1.88 (no listing rule, no invoked skills): the rows of a session with
+    restarts marked are those of the same session without."""
+    rows = []
+    for restarted in ([], [3]):
+        frame, _ = run(_skills_then_compact(restarted), {}, "claude-code@2.1.88")
+        rows.append(frame.sort("request", "kind", "stage"))
+    assert rows[0].equals(rows[1])
 
 
 # -- files over the cap ---------------------------------------------------------------------

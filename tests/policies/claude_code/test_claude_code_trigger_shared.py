@@ -113,15 +113,20 @@ FOLDER = {
 #: 86,798) before the skill listing left the prefix and the files over the cap came back as
 #: references: what is left is mostly its listing, 10,005 cl100k tokens (1% of the 1M
 #: window, the client's budget for it) against the preset's 4,000. flutter-docker 5e12a303
-#: (2.1.228 and 2.1.232, Opus 5) +2.7% and +3.0% (+0.9% both before): each /compact came
-#: right after the client was restarted (a new version logged a few lines before it), and a
-#: new process sends the whole listing with its first prompt (20,964 and 21,122 characters
-#: after them), which the compiled trace does not mark. da4409c0 (1.0.53) +2.1%.
+#: (2.1.228 and 2.1.232, Opus 5) +5.5% and +5.4%: each /compact came right after the client
+#: was restarted (a new version and a `SessionStart:resume` hook logged a few lines before
+#: it: `Session.restarted_at` holds 199 and 297), and the new process holds none of the
+#: skills the old one loaded (-2,420, the one skill loaded at request 86; the recording
+#: attaches no `invoked_skills` after either) and sends the whole listing again with its
+#: first prompt (+4,000: the recording's is 4,464 and 4,494 cl100k tokens, about 7k of
+#: Opus 5's). It was +2.7% and +3.0% with the listing left out and the skill attached; what
+#: is over now is the rest of the model (the prefix's first-message part, 5 files at
+#: 9,023, the rest at 2,347), not the listing. da4409c0 (1.0.53) +2.1%.
 MANUAL = [
     ("da81b1d5", 39, 58460, 67274),
     ("da81b1d5", 93, 64874, 73670),
-    ("5e12a303", 199, 58061, 59651),
-    ("5e12a303", 297, 65611, 67586),
+    ("5e12a303", 199, 58061, 61231),
+    ("5e12a303", 297, 65611, 69166),
     ("da4409c0", 128, 27368, 27943),
 ]
 
