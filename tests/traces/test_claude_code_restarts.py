@@ -5,17 +5,15 @@ resumed file. Hand-written 2.1.x transcripts (tests/traces/test_claude_code_fork
 
 from __future__ import annotations
 
-import io
-import zipfile
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.model import Session
+from tests.support.compiled_meta import with_session_meta
 from tests.traces.test_claude_code_forks import Call, Transcript, only_trace, resumed_pair
 from traces import compiled
 from traces.errors import TraceError
@@ -170,20 +168,6 @@ def test_the_mark_round_trips_and_older_files_read_without_it(tmp_path: Path) ->
     assert not compiled.from_bytes(plain).equals(back)
 
 
-def _with_restarts(data: bytes, restarted: Any) -> bytes:
-    """The compiled file with session 0's `restarted_at` set to `restarted`."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(data)) as zin, zipfile.ZipFile(out, "w") as zout:
-        for info in zin.infolist():
-            raw = zin.read(info.filename)
-            if info.filename == compiled.META:
-                meta = orjson.loads(raw)
-                meta["sessions"][0]["restarted_at"] = restarted
-                raw = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)
-            zout.writestr(info, raw)
-    return out.getvalue()
-
-
 @pytest.mark.parametrize("restarted", [[4], [-1], [2, 1], [2, 2], [True], "x"])
 def test_bad_restarts_in_a_compiled_file_are_refused(tmp_path: Path, restarted: Any) -> None:
     """Out of the session's 4 requests, not ascending, not integers: refused, naming the
@@ -191,8 +175,10 @@ def test_bad_restarts_in_a_compiled_file_are_refused(tmp_path: Path, restarted: 
     t = _four_calls()
     t.write(tmp_path / "proj" / "sess-r.jsonl")
     data = compiled.to_bytes(only_trace(tmp_path))
-    assert compiled.from_bytes(_with_restarts(data, [1, 3])).sessions[0].restarted_at == [1, 3]
+    assert compiled.from_bytes(with_session_meta(data, "restarted_at", [1, 3])).sessions[
+        0
+    ].restarted_at == [1, 3]
     with pytest.raises(TraceError) as err:
-        compiled.from_bytes(_with_restarts(data, restarted))
+        compiled.from_bytes(with_session_meta(data, "restarted_at", restarted))
     assert err.value.category == "compiled-schema"
     assert "restarted_at" in str(err.value)

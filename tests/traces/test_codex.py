@@ -4,19 +4,17 @@ real rollout in ../shared/traces/codex checked against counts taken straight fro
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import pytest
 
 from simulator.model import NEVER, CompactionEvent, Flag, Kind, Role, Session, Trace
 from tests import support
 from tests.support import SHARED
+from tests.support.compiled_meta import ABSENT, with_session_meta
 from tests.support.leak_words import content_words, trace_strings
 from traces import codex, compiled
 from traces.builder import RecordedUsage
@@ -771,29 +769,13 @@ def test_no_logged_window_leaves_the_list_empty() -> None:
     assert s.logged_window(0) == -1
 
 
-def _with_windows(data: bytes, windows: Any) -> bytes:
-    """The compiled file with session 0's `context_windows` set to `windows` (None: no key)."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(data)) as zin, zipfile.ZipFile(out, "w") as zout:
-        for info in zin.infolist():
-            raw = zin.read(info.filename)
-            if info.filename == compiled.META:
-                meta = orjson.loads(raw)
-                meta["sessions"][0].pop("context_windows", None)
-                if windows is not None:
-                    meta["sessions"][0]["context_windows"] = windows
-                raw = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)
-            zout.writestr(info, raw)
-    return out.getvalue()
-
-
 def test_logged_window_survives_the_compiled_form_and_old_files_read_without_it() -> None:
     trace = _read_bytes(_window_rollout())
     data = compiled.to_bytes(trace)
     back = compiled.from_bytes(data)
     assert back.equals(trace) and back.sessions[0].context_windows == [121_600, 258_400]
     # The same file without the key (as written before it was added): read as unlogged.
-    old = compiled.from_bytes(_with_windows(data, None))
+    old = compiled.from_bytes(with_session_meta(data, "context_windows", ABSENT))
     assert old.sessions[0].context_windows == [] and old.sessions[0].logged_window(2) == -1
 
 
@@ -801,7 +783,7 @@ def test_logged_window_survives_the_compiled_form_and_old_files_read_without_it(
 def test_bad_logged_windows_in_a_compiled_file_are_refused(windows: Any) -> None:
     data = compiled.to_bytes(_read_bytes(_window_rollout()))
     with pytest.raises(TraceError) as err:
-        compiled.from_bytes(_with_windows(data, windows))
+        compiled.from_bytes(with_session_meta(data, "context_windows", windows))
     assert err.value.category == "compiled-schema"
 
 

@@ -6,18 +6,16 @@ hand-built rollouts, the resumes from a rewritten rollout the reader marks for t
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from simulator.app.measure.codex_compactions import rows, unmatched
 from simulator.model import Trace
 from tests.support import SHARED
+from tests.support.compiled_meta import with_session_meta
 from traces import codex, compiled
 from traces.errors import Problems, TraceError
 from traces.source import ImportUnit, SourceFile
@@ -140,25 +138,13 @@ def test_the_reader_marks_a_resume_from_a_rewritten_rollout(
     assert back.equals(trace) and back.sessions[0].restored_at == restored
 
 
-def _with_restored(data: bytes, restored: Any) -> bytes:
-    """The compiled file with session 0's `restored_at` set to `restored`."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(data)) as zin, zipfile.ZipFile(out, "w") as zout:
-        for info in zin.infolist():
-            raw = zin.read(info.filename)
-            if info.filename == compiled.META:
-                meta = orjson.loads(raw)
-                meta["sessions"][0]["restored_at"] = restored
-                raw = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)
-            zout.writestr(info, raw)
-    return out.getvalue()
-
-
 @pytest.mark.parametrize("restored", [[2], [-1], [1, 0], [1, 1], [True], "x"])
 def test_bad_resumes_in_a_compiled_file_are_refused(restored: Any) -> None:
     """Out of the session's 2 requests, not ascending, not integers: refused."""
     data = compiled.to_bytes(_resumed_rollout(False))
-    assert compiled.from_bytes(_with_restored(data, [0, 1])).sessions[0].restored_at == [0, 1]
+    assert compiled.from_bytes(with_session_meta(data, "restored_at", [0, 1])).sessions[
+        0
+    ].restored_at == [0, 1]
     with pytest.raises(TraceError) as err:
-        compiled.from_bytes(_with_restored(data, restored))
+        compiled.from_bytes(with_session_meta(data, "restored_at", restored))
     assert err.value.category == "compiled-schema"
