@@ -216,6 +216,14 @@ class Conversation:
         if edit is not None:
             self._record(edit, "mask", before - self.sent(block)[1], i)
 
+    def clear_override(self, block: int) -> None:
+        """Send a block as it is again (an edit undone), where it is: as `set_override`,
+        the sync rewrites it alone."""
+        self.override.pop(block, None)
+        i = self.index_of(block)
+        if i is not None:
+            self._changed_in_place(block, i)
+
     def persist_entering(
         self, block: int, item_hash: int, tokens: int, *, edit: str | None = None
     ) -> None:
@@ -309,14 +317,8 @@ class Conversation:
                 for k in keys
             ]
             ids = [k if k >= 0 else NO_BLOCK for k in keys]
-            if 0 < held <= len(ids) and view.ids[start:] == ids[:held]:
-                # The same items at the same positions (an item masked or cleared): only
-                # what changed is re-chained; what the view lacks is appended.
-                view.rewrite(start, hashes[:held], tokens[:held])
-                view.extend_items(ids[held:], hashes[held:], tokens[held:])
-            else:
-                view.truncate(start)
-                view.extend_items(ids, hashes, tokens)
+            view.truncate(start)
+            view.extend_items(ids, hashes, tokens)
         return self.view
 
     def _apply_edits(self) -> None:

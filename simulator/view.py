@@ -387,20 +387,9 @@ class View:
     def items(self, start: int = 0) -> list[tuple[int, int, int]]:
         return list(zip(self.ids[start:], self.hashes[start:], self.tokens[start:], strict=True))
 
-    def rewrite(self, start: int, hashes: list[int], tokens: list[int]) -> None:
-        """The items from `start` on, the same items at the same positions, now sent as
-        `hashes` and `tokens` (a masked or cleared result among them): equal to truncating
-        at `start` and appending them again, at the cost of the items that changed
-        (`rewrite_at`)."""
-        n = len(self.ids)
-        if n - start != len(hashes) or len(hashes) != len(tokens):
-            raise ValueError("one hash and one token count per item from start to the end")
-        self.rewrite_at(range(start, n), hashes, tokens)
-
-    def rewrite_at(
-        self, positions: Iterable[int], hashes: Iterable[int], tokens: Iterable[int]
-    ) -> None:
-        """The items at `positions` (ascending) sent as `hashes` and `tokens`, in place.
+    def rewrite_at(self, positions: list[int], hashes: list[int], tokens: list[int]) -> None:
+        """The items at `positions` (ascending) sent as `hashes` and `tokens`, in place:
+        equal to truncating at the first and appending the items from there again.
 
         A prefix hash is the running sum of its items' terms (`prefix_hashes`) and a
         running count the sum of their tokens, so a change at position j moves every later
@@ -408,6 +397,8 @@ class View:
         re-chained every later item (masking at every request: 30-40 of them each time,
         tests/bench/test_bench_policies.py). An observer's marks move as truncating would
         move them, from the first item that changed (`changed`, `seen`)."""
+        if len(positions) != len(hashes) or len(hashes) != len(tokens):
+            raise ValueError("one hash and one token count per position")
         old_hashes, old_tokens = self.hashes, self.tokens
         changed = [
             (p, h, t)

@@ -219,10 +219,7 @@ class ContextEditingSession(ConversationSession):
         """Send blocks unedited again (the trigger no longer fires)."""
         conv = self.conv
         for key in list(keys):
-            conv.override.pop(key, None)
-            i = conv.index_of(key)  # a cleared block is in the conversation
-            if i is not None:
-                conv.touch(i)
+            conv.clear_override(key)  # a cleared block is in the conversation
             self.cleared_sum -= self.cleared.pop(key)
 
 

@@ -244,9 +244,9 @@ def test_the_last_changed_index() -> None:
 def test_a_rewrite_in_place_is_truncating_and_appending_again(
     items: list[tuple[int, int]], data: st.DataObject
 ) -> None:
-    """`View.rewrite` (the same items at the same positions, some sent otherwise) gives
-    the view truncating at its start and appending them again gives, and keeps what an
-    observer saw as that does (`changed`, `seen`)."""
+    """`View.rewrite_at` over the items from `start` (the same items at the same
+    positions, some sent otherwise) gives the view truncating at `start` and appending
+    them again gives, and keeps what an observer saw as that does (`changed`, `seen`)."""
     start = data.draw(st.integers(0, len(items) - 1), label="start")
     new = list(items)
     for p in data.draw(st.lists(st.integers(start, len(items) - 1), max_size=4), label="at"):
@@ -254,7 +254,9 @@ def test_a_rewrite_in_place_is_truncating_and_appending_again(
     seen_at = data.draw(st.integers(0, len(items)), label="observer's last look")
     fast, slow = at_once(items), at_once(items)
     fast.changed = slow.changed = seen_at
-    fast.rewrite(start, [h for h, _ in new[start:]], [t for _, t in new[start:]])
+    fast.rewrite_at(
+        list(range(start, len(items))), [h for h, _ in new[start:]], [t for _, t in new[start:]]
+    )
     slow.truncate(start)
     slow.extend_items(list(range(start, len(items))), [h for h, _ in new[start:]],
                       [t for _, t in new[start:]])  # fmt: skip
@@ -271,7 +273,9 @@ def test_a_rewrite_in_place_is_truncating_and_appending_again(
         assert fast.changed == seen_at and fast.seen is None
 
 
-def test_a_rewrite_needs_one_hash_and_count_per_item() -> None:
+def test_a_rewrite_needs_one_hash_and_count_per_position() -> None:
     view = at_once([(1, 1), (2, 2)])
-    with pytest.raises(ValueError, match="one hash and one token count per item"):
-        view.rewrite(0, [1], [1])
+    with pytest.raises(ValueError, match="one hash and one token count per position"):
+        view.rewrite_at([0, 1], [1], [1])
+    with pytest.raises(ValueError, match="one hash and one token count per position"):
+        view.rewrite_at([0], [1], [1, 2])
