@@ -42,6 +42,15 @@ class Row:
     recorded_after: int  # recorded context of the first compacted request
     sim_request: int  # -1: the preset did not compact (that many times)
     sim_after: int
+    session_requests: int = 0  # the recorded session's requests
+
+    @property
+    def offset(self) -> int:
+        """Requests between the recorded compaction and the preset's; one the preset never
+        makes counts as made after the session's last request."""
+        if self.sim_request < 0:
+            return self.session_requests - self.recorded_request
+        return abs(self.sim_request - self.recorded_request)
 
     @property
     def within_one(self) -> bool:
@@ -85,6 +94,7 @@ def rows(src: Path, overrides: dict[str, Any] | None = None) -> list[Row]:
                         recorded_after,
                         paired[0] if paired else -1,
                         paired[1] if paired else -1,
+                        session.n_requests,
                     )
                 )
     return out
@@ -129,26 +139,35 @@ def _simulated(
     return out
 
 
-def fit(src: Path, name: str, grid: list[float]) -> dict[str, tuple[float, int, int]]:
+def choose(scores: dict[float, tuple[int, int]]) -> float:
+    """The fitted value among `scores` (value -> (compactions within one request, their total
+    offset in requests)): the most within one request; among those, the least total offset
+    (a compaction two requests off is nearer than one six off, which the count alone cannot
+    tell); among those, the middle value, the lower of two."""
+    top = max(hits for hits, _ in scores.values())
+    nearest = min(offset for hits, offset in scores.values() if hits == top)
+    tied = sorted(v for v, (hits, offset) in scores.items() if (hits, offset) == (top, nearest))
+    return tied[(len(tied) - 1) // 2]
+
+
+def fit(src: Path, name: str, grid: list[float]) -> dict[str, tuple[float, int, int, int]]:
     """Leave-one-source-out fit of the preset parameter `name` (0.118+:
-    ``reasoning_estimate_factor``): for each held-out folder, the grid value with the most
-    automatic compactions within one request on the other folders (ties: the middle of the
-    tied values, the lower of two), and what it gives on the held-out folder: folder ->
-    (value, within one there, automatic compactions there). Key "all": the fit on every
-    folder."""
+    ``reasoning_estimate_factor``): for each held-out folder, the grid value `choose` takes on
+    the automatic compactions of the other folders, and what it gives on the held-out
+    folder: folder -> (value, within one request there, context after within 15% there,
+    automatic compactions there). Key "all": the fit on every folder."""
     found = {f: [r for r in rows(src, {name: f}) if r.trigger != "manual"] for f in grid}
     folders = sorted({r.folder for r in found[grid[0]]})
-    out: dict[str, tuple[float, int, int]] = {}
+    out: dict[str, tuple[float, int, int, int]] = {}
     for held in [*folders, "all"]:
-
-        def score(f: float, held: str = held) -> int:
-            return sum(r.within_one for r in found[f] if r.folder != held)
-
-        top = max(score(f) for f in grid)
-        tied = [f for f in grid if score(f) == top]
-        best = tied[(len(tied) - 1) // 2]
+        scores = {}
+        for f in grid:
+            fitted = [r for r in found[f] if r.folder != held]
+            scores[f] = (sum(r.within_one for r in fitted), sum(r.offset for r in fitted))
+        best = choose(scores)
         there = [r for r in found[best] if r.folder == held or held == "all"]
-        out[held] = (best, sum(r.within_one for r in there), len(there))
+        hits = sum(r.within_one for r in there)
+        out[held] = (best, hits, sum(r.after_within_15 for r in there), len(there))
     return out
 
 
@@ -179,8 +198,11 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2] == "--fit":
         grid = [round(1.0 + 0.05 * i, 2) for i in range(13)]
         found = fit(Path(sys.argv[1]), "reasoning_estimate_factor", grid)
-        for held, (value, hit, n) in found.items():
-            print(f"{held}: reasoning_estimate_factor {value}: within one {hit} of {n}")
+        for held, (value, hit, after, n) in found.items():
+            print(
+                f"{held}: reasoning_estimate_factor {value}: within one request {hit} of {n},"
+                f" context after within 15% {after} of {n}"
+            )
     else:
         print(table(rows(Path(sys.argv[1]))))
         others = unmatched(Path(sys.argv[1]))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from simulator.app.measure.codex_compactions import rows, unmatched
+from simulator.app.measure.codex_compactions import Row, choose, rows, unmatched
 from simulator.model import Trace
 from tests.support import SHARED
 from tests.support.compiled_meta import with_session_meta
@@ -80,6 +80,25 @@ def test_presets_compact_nowhere_the_recordings_did_not() -> None:
     if not SHARED.is_dir():
         pytest.skip("../shared/traces is absent")
     assert unmatched(SHARED / "codex") == []
+
+
+def test_the_fit_takes_the_most_within_one_then_the_least_offset_then_the_middle() -> None:
+    # Three values tie on the count; 1.2 and 1.25 are also the nearest (4 requests off in
+    # all, against 7): of those two the lower is the middle.
+    scores = {1.1: (14, 7), 1.15: (14, 5), 1.2: (14, 4), 1.25: (14, 4), 1.3: (13, 2)}
+    assert choose(scores) == 1.2
+    # The count comes first: 1.3's smaller offset does not outweigh a compaction missed.
+    assert choose({1.2: (14, 9), 1.3: (13, 0)}) == 1.2
+    # Three tied in both: the middle one.
+    assert choose({1.0: (3, 3), 1.05: (3, 3), 1.1: (3, 3)}) == 1.05
+
+
+def test_a_compaction_the_preset_never_makes_is_off_by_the_rest_of_the_session() -> None:
+    def row(recorded: int, made: int) -> Row:
+        return Row("f", "0.140.0", "auto", recorded, 20_000, made, 21_000, 300)
+
+    assert [row(106, 109).offset, row(106, 104).offset, row(106, 106).offset] == [3, 2, 0]
+    assert row(106, -1).offset == 194  # the session has 300 requests
 
 
 def _entry(clock: str, kind: str, payload: dict[str, Any]) -> str:
