@@ -14,6 +14,7 @@ import io
 import json
 import re
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from simulator.model import BLOCK_COLUMNS, REQUEST_COLUMNS
+from simulator.model import BLOCK_COLUMNS, REQUEST_COLUMNS, Trace
+from tests.support import Named, source_folders
 from traces import compiled, swe_agent
 from traces.load import TOOL_NAMES_ENV, load_unit, units
 
@@ -108,20 +110,34 @@ def _decoded_bytes(blob: bytes) -> bytes:
     return b"\n".join(parts)
 
 
-def test_compiled_traces_hold_no_content(shared: Path) -> None:
+def _every_unit(shared: Path, shared_corpus: Callable[[str], Named]) -> Iterator[tuple[Any, Trace]]:
+    """Every import unit of ../shared/traces with its trace, compiled once per test session
+    (the `shared_corpus` fixture: this test alone compiled them again, a fifth of its time)."""
+    for folder in source_folders(shared):
+        found = units([shared / folder])
+        traces = shared_corpus(folder)
+        for unit, (name, trace) in zip(found, traces, strict=True):
+            assert name.startswith(Path(unit.label).name.split(".")[0]), (unit.label, name)
+            yield unit, trace
+
+
+def test_compiled_traces_hold_no_content(
+    shared: Path, shared_corpus: Callable[[str], Named]
+) -> None:
     checked = 0
-    for unit in units([shared]):
-        if unit.format == "compiled":
-            continue
-        item = load_unit(unit, lenient=True)
-        decoded = _decoded_bytes(compiled.to_bytes(item.trace))
+    assert sum(1 for _ in units([shared])) == sum(
+        len(units([shared / folder])) for folder in source_folders(shared)
+    )
+    for unit, trace in _every_unit(shared, shared_corpus):
+        blob_bytes = compiled.to_bytes(trace)
+        decoded = _decoded_bytes(blob_bytes)
         content: list[str] = []
         allowed: set[str] = set()
         for f in unit.files:
             for obj in _source_objects(f.path):
                 _content_strings(obj, content)
                 _metadata_strings(obj, allowed)
-        allowed |= _schema_names(compiled.to_bytes(item.trace))
+        allowed |= _schema_names(blob_bytes)
         blob = "\x00".join(content)
         # Runs of one or two distinct bytes are binary padding or numbers, not text.
         runs = {m.group().decode() for m in PRINTABLE_RUN.finditer(decoded)}
@@ -132,7 +148,7 @@ def test_compiled_traces_hold_no_content(shared: Path) -> None:
             if r in blob and not any(r in a or a in r for a in allowed if len(a) >= 4)
         ]
         assert not leaks, (unit.label, sorted(leaks)[:5])
-        for session in item.trace.sessions:
+        for session in trace.sessions:
             assert not [t for t in session.tools if not _private_tool(t, unit.format)], unit.label
         checked += 1
     assert checked > 80

@@ -18,6 +18,7 @@ number of times than the recording (`unmatched`).
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,20 +64,30 @@ class Row:
         )
 
 
+@functools.cache
+def _loaded(src: Path) -> tuple[tuple[str, str, Trace], ...]:
+    """(source folder, name, trace) of every rollout under `src`, compiled once per process:
+    the fit replays them at every point of its grid, and the replay leaves them as they
+    were."""
+    out = []
+    for item in load([src], lenient=True):
+        assert item.trace is not None
+        parts = item.label.split("/")
+        folder = parts[1] if parts[0] == src.name and len(parts) > 2 else parts[0]
+        out.append((folder, item.name, item.trace))
+    return tuple(out)
+
+
 def rows(src: Path, overrides: dict[str, Any] | None = None) -> list[Row]:
     """Every recorded compaction under `src` against the matching preset's replay (with
     `overrides` of its parameters, for the fit)."""
     out: list[Row] = []
-    for item in load([src], lenient=True):
-        trace = item.trace
-        assert trace is not None
-        parts = item.label.split("/")
-        folder = parts[1] if parts[0] == src.name and len(parts) > 2 else parts[0]
+    for folder, name, trace in _loaded(src):
         for session in trace.sessions:
             if not session.events:
                 continue
             version = session.client.removeprefix("codex").strip()
-            sim = _simulated(item.name, trace, session.id, overrides or {})
+            sim = _simulated(name, trace, session.id, overrides or {})
             context = session.recorded_context()
             seen = {"auto": 0, "manual": 0}
             for e in session.events:
@@ -106,15 +117,11 @@ def unmatched(src: Path) -> list[tuple[str, str, int, int]]:
     (folder, cli version, recorded, simulated). A preset that fires where Codex did not
     would not show in the paired table."""
     out: list[tuple[str, str, int, int]] = []
-    for item in load([src], lenient=True):
-        trace = item.trace
-        assert trace is not None
-        parts = item.label.split("/")
-        folder = parts[1] if parts[0] == src.name and len(parts) > 2 else parts[0]
+    for folder, name, trace in _loaded(src):
         for session in trace.sessions:
             version = session.client.removeprefix("codex").strip()
             recorded = sum(e.trigger != "manual" for e in session.events)
-            made = len(_simulated(item.name, trace, session.id, {})["auto"])
+            made = len(_simulated(name, trace, session.id, {})["auto"])
             if made != recorded:
                 out.append((folder, version, recorded, made))
     return out

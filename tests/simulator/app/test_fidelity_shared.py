@@ -16,7 +16,7 @@ needs switched off to show it is what makes it hold.
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,11 @@ from simulator import policy, prefix, prompt_cache
 from simulator.app.fidelity import compare, summarize
 from simulator.model import Trace
 from simulator.replay import replay
+from tests.support import Named
 from traces import builder
 from traces.claude_code import read
 from traces.errors import Problems
-from traces.load import load_all, units
+from traces.load import units
 
 OLD_FOLDERS = ("vsla", "m-claude", "promptgrimoire", "denubis")
 #: Folders that meet all of issue 12's bars (git-sync's p90 is 2.25% when a first request
@@ -60,13 +61,15 @@ def _folder(shared: Path, path: Path) -> str:
     return path.relative_to(shared / "claude-code").parts[0]
 
 
-@cache
-def _traces(root: str, folders: tuple[str, ...]) -> list[tuple[str, Trace]]:
-    shared = Path(root)
-    found = [
-        u for u in units([shared / "claude-code"]) if _folder(shared, u.files[0].path) in folders
-    ]
-    return [(item.name.removesuffix(".ctxt"), item.trace) for item in load_all(found, lenient=True)]
+@pytest.fixture
+def folders(shared_corpus: Callable[[str], Named]) -> Callable[[tuple[str, ...]], Named]:
+    """The traces of these Claude Code source folders, in the given order, compiled once per
+    test session (`shared_corpus`, which the other modules read too)."""
+
+    def load(names: tuple[str, ...]) -> Named:
+        return [t for name in names for t in shared_corpus(f"claude-code/{name}")]
+
+    return load
 
 
 def _overall(traces: list[tuple[str, Trace]], **params: object) -> dict[str, Any]:
@@ -77,18 +80,22 @@ def _overall(traces: list[tuple[str, Trace]], **params: object) -> dict[str, Any
     return overall
 
 
-def test_as_recorded_reproduces_recorded_cost(shared: Path) -> None:
-    overall = _overall(_traces(str(shared), OLD_FOLDERS))
+def test_as_recorded_reproduces_recorded_cost(
+    shared: Path, folders: Callable[[tuple[str, ...]], Named]
+) -> None:
+    overall = _overall(folders(OLD_FOLDERS))
     assert overall["requests"] == 3248  # 3,266 before the 18 calls a resumed file repeats
     assert overall["median_abs_session_cost_error"] <= 0.01
     assert abs(overall["corpus_cost_error"]) <= 0.01
     assert overall["matched_share"] >= 0.98
 
 
-def test_unlogged_prefix_resets_are_what_closes_the_gap(shared: Path) -> None:
+def test_unlogged_prefix_resets_are_what_closes_the_gap(
+    shared: Path, folders: Callable[[tuple[str, ...]], Named]
+) -> None:
     """Without the inferred prefix resets the model is measurably worse (so the inference
     is doing real work, and a regression in it shows here)."""
-    traces = _traces(str(shared), OLD_FOLDERS)
+    traces = folders(OLD_FOLDERS)
     without = _overall(traces, prefix_resets=False)
     assert without["matched_share"] < 0.98  # issue 12's bar, missed
     assert _overall(traces)["matched_share"] - without["matched_share"] > 0.015
@@ -109,26 +116,30 @@ def _meets_issue_12(overall: dict[str, Any]) -> bool:
     return all(_bars(overall).values())
 
 
-def test_folders_that_meet_issue_12s_bars(shared: Path) -> None:
+def test_folders_that_meet_issue_12s_bars(
+    shared: Path, folders: Callable[[tuple[str, ...]], Named]
+) -> None:
     for folder in HOLDING:
-        overall = _overall(_traces(str(shared), (folder,)))
+        overall = _overall(folders((folder,)))
         assert _meets_issue_12(overall), (folder, overall)
 
 
-def test_bars_each_other_folder_meets(shared: Path) -> None:
+def test_bars_each_other_folder_meets(
+    shared: Path, folders: Callable[[tuple[str, ...]], Named]
+) -> None:
     for folder, bars in PARTIAL.items():
-        met = _bars(_overall(_traces(str(shared), (folder,))))
+        met = _bars(_overall(folders((folder,))))
         assert all(met[bar] for bar in bars), (folder, met)
 
 
 def test_send_time_refresh_is_what_makes_starcar_hold(
-    shared: Path, monkeypatch: pytest.MonkeyPatch
+    shared: Path, monkeypatch: pytest.MonkeyPatch, folders: Callable[[tuple[str, ...]], Named]
 ) -> None:
     """starcar 548526c8 missed its cache 300.04 s after the previous request was sent
     (278.9 s after its response ended) and again 308.2 s after (285.6 s): with entries
     refreshed until the response's end, as for the 2025 models, it reads them instead, and
     the session is 14% short."""
-    traces = _traces(str(shared), ("starcar",))
+    traces = folders(("starcar",))
     by_send = _overall(traces)
     assert by_send["p90_abs_session_cost_error"] <= 0.02
     assert abs(by_send["corpus_cost_error"]) <= 0.01
@@ -139,11 +150,11 @@ def test_send_time_refresh_is_what_makes_starcar_hold(
 
 
 def test_end_refresh_is_what_keeps_m_claude_exact(
-    shared: Path, monkeypatch: pytest.MonkeyPatch
+    shared: Path, monkeypatch: pytest.MonkeyPatch, folders: Callable[[tuple[str, ...]], Named]
 ) -> None:
     """m-claude (Opus and Sonnet 4.5, 2026-01) read its cache 306.9 s after a send that took
     12.5 s, and right after a 313 s response: refreshed at the send, it misses both."""
-    traces = _traces(str(shared), ("m-claude",))
+    traces = folders(("m-claude",))
     monkeypatch.setattr(prompt_cache, "anthropic_refresh_at_send", lambda model: True)
     at_send = _overall(traces)
     assert not _meets_issue_12(at_send)
@@ -151,12 +162,12 @@ def test_end_refresh_is_what_keeps_m_claude_exact(
 
 
 def test_thinking_mode_returns_are_what_make_promptgrimoire_hold(
-    shared: Path, monkeypatch: pytest.MonkeyPatch
+    shared: Path, monkeypatch: pytest.MonkeyPatch, folders: Callable[[tuple[str, ...]], Named]
 ) -> None:
     """promptgrimoire (2.1.29) switches thinking off and back on twice within the TTL and
     reads the last prompt of the thinking mode each time (requests 150 and 229): without
     the key per mode it reads the other mode's newer prompt, and its session is -0.58%."""
-    traces = _traces(str(shared), ("promptgrimoire",))
+    traces = folders(("promptgrimoire",))
     assert _meets_issue_12(_overall(traces))
     monkeypatch.setattr(prefix, "_mode_returns", lambda *args: {})
     without = _overall(traces)
@@ -186,12 +197,13 @@ def test_server_tool_passes_are_what_makes_technocore_hold(shared: Path) -> None
     assert overall["corpus_cost_error"] > 0.02
 
 
-def test_model_prefixes_are_what_keeps_a_model_switch_exact(shared: Path) -> None:
+def test_model_prefixes_are_what_keeps_a_model_switch_exact(
+    shared: Path, folders: Callable[[tuple[str, ...]], Named]
+) -> None:
     """Every request where the model changes to one not seen before is matched, because it
     gets that model's own prefix (with one prefix per session, starcar's switch from Fable
     5 to Opus 4.8 is a 10k drop the old builder froze)."""
-    traces = _traces(
-        str(shared),
+    traces = folders(
         tuple(sorted({_folder(shared, u.files[0].path) for u in units([shared / "claude-code"])})),
     )
     frame = replay(traces, policy.build("as-recorded", {}))
@@ -216,13 +228,13 @@ def test_model_prefixes_are_what_keeps_a_model_switch_exact(shared: Path) -> Non
 
 
 def test_warm_from_elsewhere_is_what_makes_starcar_hold(
-    shared: Path, monkeypatch: pytest.MonkeyPatch
+    shared: Path, monkeypatch: pytest.MonkeyPatch, folders: Callable[[tuple[str, ...]], Named]
 ) -> None:
     """starcar 548526c8 found nothing warm at its start, and after its own entries expired
     (5.0 minutes on a 5-minute TTL) read 30,582 of its 79,600-token prefix, warm from other
     sessions (simulator/prefix.py `Prefix.warm_more`): without seeding that, the session
     is +1.28% and starcar's median 0.56%."""
-    traces = _traces(str(shared), ("starcar",))
+    traces = folders(("starcar",))
     assert _meets_issue_12(_overall(traces))
     original = prefix.PrefixState.reset
 
@@ -235,12 +247,13 @@ def test_warm_from_elsewhere_is_what_makes_starcar_hold(
     assert _overall(traces)["median_abs_session_cost_error"] > 0.005
 
 
-def test_every_read_of_more_of_the_prefix_after_a_gap_is_matched(shared: Path) -> None:
+def test_every_read_of_more_of_the_prefix_after_a_gap_is_matched(
+    shared: Path, folders: Callable[[tuple[str, ...]], Named]
+) -> None:
     """Every request of ../shared/traces/claude-code that, after an idle gap, read more of
     the prefix than its session found warm at the start, and no more than the prefix, is
     simulated with exactly its recorded read."""
-    traces = _traces(
-        str(shared),
+    traces = folders(
         tuple(sorted({_folder(shared, u.files[0].path) for u in units([shared / "claude-code"])})),
     )
     wanted = [
