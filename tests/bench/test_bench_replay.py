@@ -41,7 +41,6 @@ from simulator.prompt_cache import anthropic_refresh_at_send
 from simulator.replay import recorded_ttl, replay, session_root
 from simulator.view import FIVE_MINUTES, Breakpoint, View, chain
 from tests.support import Named
-from traces.load import load_all, units
 from traces.synthetic import synthetic_trace
 
 pytestmark = pytest.mark.benchmark(group="replay")
@@ -230,19 +229,14 @@ def _requests(trace: Trace) -> int:
 
 
 @pytest.fixture(scope="module")
-def largest_claude_code(shared: Path) -> tuple[str, Trace]:
-    """The Claude Code trace with the most recorded requests (label breaks ties)."""
-    root = shared / "claude-code"
-    if not root.is_dir():
+def largest_claude_code(shared: Path, shared_corpus: Callable[[str], Named]) -> tuple[str, Trace]:
+    """The Claude Code trace with the most recorded requests (name breaks ties)."""
+    if not (shared / "claude-code").is_dir():
         pytest.skip("../shared/traces/claude-code is absent")
-    best: tuple[int, str, Trace] | None = None
-    for loaded in load_all(units([root]), lenient=True):
-        key = (_requests(loaded.trace), loaded.label)
-        if best is None or key > best[:2]:
-            best = (*key, loaded.trace)
-    if best is None:
+    corpus = shared_corpus("claude-code")
+    if not corpus:
         pytest.skip("no Claude Code trace in ../shared/traces")
-    return best[1], best[2]
+    return max(corpus, key=lambda named: (_requests(named[1]), named[0]))
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ for 2.1.2xx is all the pipeline's model of what the client puts back.
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import polars as pl
 import pytest
@@ -31,7 +31,7 @@ from policies.claude_code.policy import preset_for
 from simulator import policy
 from simulator.model import CompactionEvent, Session, Trace
 from simulator.replay import replay
-from traces.load import load_all, units
+from tests.support import Named
 
 Row = tuple[str, int, int | None, int, int | None]
 Manual = tuple[str, int, int, int]
@@ -148,18 +148,20 @@ def _row(name: str, session: Session, event: CompactionEvent, frame: pl.DataFram
 Tables = tuple[list[Row], list[Row], list[Manual]]
 
 
-def trigger_tables(shared: Path) -> Tables:
-    """(free-running rows, one-at-a-time rows, manual compactions replayed)."""
+def trigger_tables(corpus: Named) -> Tables:
+    """(free-running rows, one-at-a-time rows, manual compactions replayed) over the shared
+    Claude Code traces."""
     free: list[Row] = []
     single: list[Row] = []
     manual: list[Manual] = []
-    for item in load_all(units([shared / "claude-code"]), lenient=True):
-        for session in item.trace.sessions:
+    for stem, whole in corpus:
+        name = f"{stem}.ctxt"  # the trace's name in `ctxsim run`: the policies' seed follows it
+        for session in whole.sessions:
             if not session.events:
                 continue
-            trace = Trace(item.trace.format, item.trace.source_digest, [session])
+            trace = Trace(whole.format, whole.source_digest, [session])
             preset = preset_for(session.client)
-            frame = replay([(item.name, trace)], policy.build(preset))
+            frame = replay([(name, trace)], policy.build(preset))
             stages = frame.filter(pl.col("kind") == "compaction").select("request", "stage")
             recorded = session.recorded_context()
             for k, stage in stages.rows():
@@ -170,16 +172,16 @@ def trigger_tables(shared: Path) -> Tables:
             for event in session.events:
                 if event.trigger == "manual":
                     continue
-                free.append(_row(item.name, session, event, frame))
+                free.append(_row(name, session, event, frame))
                 params = {"autocompact.as_recorded_before": event.request}
-                one = replay([(item.name, trace)], policy.build(preset, params))
-                single.append(_row(item.name, session, event, one))
+                one = replay([(name, trace)], policy.build(preset, params))
+                single.append(_row(name, session, event, one))
     return free, single, manual
 
 
 @pytest.fixture(scope="module")
-def tables(shared: Path) -> Tables:
-    return trigger_tables(shared)
+def tables(shared_corpus: Callable[[str], Named]) -> Tables:
+    return trigger_tables(shared_corpus("claude-code"))
 
 
 def test_trigger_tables(tables: Tables) -> None:
@@ -232,11 +234,12 @@ def test_acceptance(tables: Tables) -> None:
     assert close >= 0.75 * rows
 
 
-def test_as_recorded_flags_no_overflow_on_a_request_the_provider_accepted(shared: Path) -> None:
+def test_as_recorded_flags_no_overflow_on_a_request_the_provider_accepted(
+    shared_corpus: Callable[[str], Named],
+) -> None:
     """Every recorded request of ../shared was accepted: none may be flagged (starcar's
     Opus 4.8 sessions reach 619k; entirecontext's Opus 4.6 one 223k, on the 1M window)."""
-    items = list(load_all(units([shared / "claude-code"]), lenient=True))
-    frame = replay([(i.name, i.trace) for i in items], policy.build("as-recorded"))
+    frame = replay(shared_corpus("claude-code"), policy.build("as-recorded"))
     requests = frame.filter(pl.col("kind") == "request")
     assert requests.height > 10_000
     assert requests["overflow"].sum() == 0
