@@ -9,7 +9,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +143,9 @@ class InputTally:
     damaged: int = 0
     copied_calls: int = 0
     passed_over: int = 0
+    #: Damaged lines by problem category (`traces validate`'s bracketed names): a line of an
+    #: item type the reader does not know (a newer client's) is not a broken one.
+    damaged_by: dict[str, int] = field(default_factory=dict)
 
     def add(self, item: Loaded) -> None:
         stats = item.stats
@@ -151,6 +154,13 @@ class InputTally:
         self.error_lines += stats.get("lines_synthetic", 0)
         self.copied_calls += stats.get("calls_copied", 0)
         self.damaged += sum(item.skipped.values())
+        for category, n in item.skipped.items():
+            self.damaged_by[category] = self.damaged_by.get(category, 0) + n
+
+    def damaged_kinds(self) -> str:
+        """The damaged lines by category, most first: "3 invalid-json, 1 unknown-type"."""
+        ranked = sorted(self.damaged_by.items(), key=lambda kv: (-kv[1], kv[0]))
+        return ", ".join(f"{n:,} {category}" for category, n in ranked if n)
 
     def line(self, *, lenient: bool) -> str:
         skipped = self.metadata_lines + self.error_lines

@@ -187,9 +187,10 @@ def _said(reading: Reading, tally: Any, *, err: bool = False) -> None:
 
     lines = [reading.line()]
     if tally.damaged:
+        kinds = tally.damaged_kinds()
         lines.append(
-            f"{tally.damaged:,} damaged line(s) skipped: `ctxsim traces validate` lists "
-            "them; --strict stops at the first"
+            f"{tally.damaged:,} damaged line(s) skipped{f' ({kinds})' if kinds else ''}: "
+            "`ctxsim traces validate` lists them; --strict stops at the first"
         )
     lines.append(tally.line(lenient=tally.damaged > 0))
     for line in wrap(lines):

@@ -793,3 +793,29 @@ def test_subagent_notifications_are_not_the_human() -> None:
     lines = [GOOD_META, _user(1, "go"), _user(2, "<subagent_notification>\n{}"), _reply(3)]
     (s,) = _read_bytes(b"\n".join(lines) + b"\n").sessions
     assert _col(s, "flags")[:2] == [Flag.HUMAN, Flag.NONE]
+
+
+def test_an_item_of_a_newer_client_is_named_as_such_in_the_summary(tmp_path: Path) -> None:
+    """A response item of a type this reader does not know is skipped and counted by its
+    category, so the summary does not call a newer client's line a broken one."""
+    from click.testing import CliRunner
+
+    from simulator.app.cli import main
+
+    reply = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "k"}],
+    }
+    lines = [
+        GOOD_META,
+        _user(1, "go"),
+        _line(2, "response_item", {"type": "hologram_call", "id": "h1"}),
+        _line(3, "response_item", reply),
+        _tc(4, 110, (100, 0, 10)),
+        b"{not json",
+    ]
+    (tmp_path / "rollout-2025-01-02T03-04-00-a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    result = CliRunner().invoke(main, ["traces", "stats", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "2 damaged line(s) skipped (1 invalid-json, 1 unknown-type): " in result.output

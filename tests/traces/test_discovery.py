@@ -222,7 +222,10 @@ def test_filters_and_names_by_hand() -> None:
 
 
 def test_damaged_lines_are_skipped_by_default_with_one_count(home: Path, tmp_path: Path) -> None:
-    pointer = "1 damaged line(s) skipped: `ctxsim traces validate` lists them; --strict stops"
+    pointer = (
+        "1 damaged line(s) skipped (1 invalid-json): `ctxsim traces validate` lists them;"
+        " --strict stops"
+    )
     for args in (
         ["traces", "stats"],
         ["traces", "import", "--out", tmp_path / "c"],
