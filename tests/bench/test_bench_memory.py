@@ -1,8 +1,12 @@
 """Peak memory (issue 16): per simulated request of a run, and per MB of input on import.
 
-Each is measured in a fresh interpreter (peak resident memory, ru_maxrss, less the
-resident memory just before the measured step), so nothing earlier in the test session
-counts:
+Each is measured in a fresh interpreter (peak resident memory, the process's VmHWM, less
+the resident memory just before the measured step), so nothing earlier in the test session
+counts. Not ru_maxrss: Linux keeps the high-water mark of the memory an exec replaced, and
+subprocess starts the interpreter from a fork of pytest's own, so ru_maxrss was pytest's
+peak wherever that was higher (the import case read 2.1-2.45 MB per MB after the import
+benchmarks of the same `make bench`, 0.47 alone; a 600 MB parent gives a fresh child a
+ru_maxrss of 613 MB and a VmHWM of 14 MB):
 
 * a run: `simulator.run.run` under claude-code (rows, loss columns, every output file's
   bytes) over a synthetic corpus of SESSIONS distinct sessions replayed COPIES times each
@@ -49,7 +53,7 @@ gc.collect()
 statm = lambda: int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
 base = statm()
 out = service.run(traces, [policy.build("claude-code")])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) * 1024
 print(json.dumps({"requests": out.requests.height, "base": base, "peak": peak}))
 """
 
@@ -64,7 +68,7 @@ gc.collect()
 statm = lambda: int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
 base = statm()
 import_into(load_all(found, lenient=True, cache=CompileCache(Path(sys.argv[2]))), Path(sys.argv[3]))
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) * 1024
 print(json.dumps({"mb": mb, "base": base, "peak": peak}))
 """
 

@@ -155,7 +155,9 @@ def trigger_tables(corpus: Named) -> Tables:
     single: list[Row] = []
     manual: list[Manual] = []
     for stem, whole in corpus:
-        name = f"{stem}.ctxt"  # the trace's name in `ctxsim run`: the policies' seed follows it
+        # The name the tables were measured under (the loaded file's, `.ctxt` included; `ctxsim
+        # run` names it without): the policies' seed follows the trace's name.
+        name = f"{stem}.ctxt"
         for session in whole.sessions:
             if not session.events:
                 continue
