@@ -140,12 +140,16 @@ class InputTally:
     traces: int = 0
     metadata_lines: int = 0
     error_lines: int = 0
-    damaged: int = 0
     copied_calls: int = 0
     passed_over: int = 0
     #: Damaged lines by problem category (`traces validate`'s bracketed names): a line of an
     #: item type the reader does not know (a newer client's) is not a broken one.
     damaged_by: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def damaged(self) -> int:
+        """Damaged lines skipped, of every category."""
+        return sum(self.damaged_by.values())
 
     def add(self, item: Loaded) -> None:
         stats = item.stats
@@ -153,7 +157,6 @@ class InputTally:
         self.metadata_lines += sum(stats.get(key, 0) for key in METADATA_COUNTERS)
         self.error_lines += stats.get("lines_synthetic", 0)
         self.copied_calls += stats.get("calls_copied", 0)
-        self.damaged += sum(item.skipped.values())
         for category, n in item.skipped.items():
             self.damaged_by[category] = self.damaged_by.get(category, 0) + n
 

@@ -802,16 +802,11 @@ def test_an_item_of_a_newer_client_is_named_as_such_in_the_summary(tmp_path: Pat
 
     from simulator.app.cli import main
 
-    reply = {
-        "type": "message",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": "k"}],
-    }
     lines = [
         GOOD_META,
         _user(1, "go"),
         _line(2, "response_item", {"type": "hologram_call", "id": "h1"}),
-        _line(3, "response_item", reply),
+        _reply(3),
         _tc(4, 110, (100, 0, 10)),
         b"{not json",
     ]

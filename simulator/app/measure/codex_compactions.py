@@ -43,7 +43,7 @@ class Row:
     recorded_after: int  # recorded context of the first compacted request
     sim_request: int  # -1: the preset did not compact (that many times)
     sim_after: int
-    session_requests: int = 0  # the recorded session's requests
+    session_requests: int  # the recorded session's requests
 
     @property
     def offset(self) -> int:
