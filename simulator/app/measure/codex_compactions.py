@@ -28,7 +28,7 @@ import polars as pl
 
 from simulator import policy as registry
 from simulator.model import Trace
-from simulator.replay import replay
+from simulator.replay import ReplayOptions, replay
 from traces.load import load
 
 
@@ -74,20 +74,20 @@ def _loaded(src: Path) -> tuple[tuple[str, str, Trace], ...]:
         assert item.trace is not None
         parts = item.label.split("/")
         folder = parts[1] if parts[0] == src.name and len(parts) > 2 else parts[0]
-        out.append((folder, item.name, item.trace))
+        out.append((folder, item.name.removesuffix(".ctxt"), item.trace))  # as runs name it
     return tuple(out)
 
 
-def rows(src: Path, overrides: dict[str, Any] | None = None) -> list[Row]:
+def rows(src: Path, overrides: dict[str, Any] | None = None, seed: int = 0) -> list[Row]:
     """Every recorded compaction under `src` against the matching preset's replay (with
-    `overrides` of its parameters, for the fit)."""
+    `overrides` of its parameters, for the fit) under the run seed `seed`."""
     out: list[Row] = []
     for folder, name, trace in _loaded(src):
         for session in trace.sessions:
             if not session.events:
                 continue
             version = session.client.removeprefix("codex").strip()
-            sim = _simulated(name, trace, session.id, overrides or {})
+            sim = _simulated(name, trace, session.id, overrides or {}, seed)
             context = session.recorded_context()
             seen = {"auto": 0, "manual": 0}
             for e in session.events:
@@ -128,7 +128,7 @@ def unmatched(src: Path) -> list[tuple[str, str, int, int]]:
 
 
 def _simulated(
-    name: str, trace: Trace, session_id: str, overrides: dict[str, Any]
+    name: str, trace: Trace, session_id: str, overrides: dict[str, Any], seed: int = 0
 ) -> dict[str, list[tuple[int, int]]]:
     """(request, context of its main call) of each compaction the preset makes: its own
     ("auto", stage ``compact``) and the replayed /compact commands ("manual")."""
@@ -136,7 +136,7 @@ def _simulated(
     one = Trace(
         trace.format, trace.source_digest, [s for s in trace.sessions if s.id == session_id]
     )
-    frame = replay([(name, one)], policy)
+    frame = replay([(name, one)], policy, ReplayOptions(seed=seed))
     main = frame.filter(pl.col("kind") == "request")
     after = dict(zip(main["request"].to_list(), main["context_tokens"].to_list(), strict=True))
     out: dict[str, list[tuple[int, int]]] = {}
@@ -157,13 +157,15 @@ def choose(scores: dict[float, tuple[int, int]]) -> float:
     return tied[(len(tied) - 1) // 2]
 
 
-def fit(src: Path, name: str, grid: list[float]) -> dict[str, tuple[float, int, int, int]]:
+def fit(
+    src: Path, name: str, grid: list[float], seed: int = 0
+) -> dict[str, tuple[float, int, int, int]]:
     """Leave-one-source-out fit of the preset parameter `name` (0.118+:
-    ``reasoning_estimate_factor``): for each held-out folder, the grid value `choose` takes on
-    the automatic compactions of the other folders, and what it gives on the held-out
-    folder: folder -> (value, within one request there, context after within 15% there,
-    automatic compactions there). Key "all": the fit on every folder."""
-    found = {f: [r for r in rows(src, {name: f}) if r.trigger != "manual"] for f in grid}
+    ``reasoning_estimate_factor``) under the run seed `seed`: for each held-out folder, the
+    grid value `choose` takes on the automatic compactions of the other folders, and what it
+    gives on the held-out folder: folder -> (value, within one request there, context after
+    within 15% there, automatic compactions there). Key "all": the fit on every folder."""
+    found = {f: [r for r in rows(src, {name: f}, seed) if r.trigger != "manual"] for f in grid}
     folders = sorted({r.folder for r in found[grid[0]]})
     out: dict[str, tuple[float, int, int, int]] = {}
     for held in [*folders, "all"]:
@@ -201,18 +203,52 @@ def table(found: list[Row]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[2] == "--fit":
+def held_out(found: dict[str, tuple[float, int, int, int]]) -> tuple[int, int, int]:
+    """(within one request, after within 15%, compactions) summed over the held-out folders
+    of one `fit`."""
+    folds = [v for held, v in found.items() if held != "all"]
+    return sum(v[1] for v in folds), sum(v[2] for v in folds), sum(v[3] for v in folds)
+
+
+def main(argv: list[str]) -> int:
+    """The table, or with ``--fit`` the leave-one-source-out fit; ``--seeds N`` repeats the
+    fit under run seeds 0..N-1. The preset draws each summary's size from the session's
+    seeded rng, and that size moves the next compaction, so one seed's count is one draw:
+    the mean over seeds is the figure to quote."""
+    if len(argv) < 1 or not Path(argv[0]).is_dir():
+        print("usage: codex_compactions TRACES [--fit [--seeds N]]", file=sys.stderr)
+        return 2
+    src = Path(argv[0])
+    if "--fit" in argv:
+        seeds = int(argv[argv.index("--seeds") + 1]) if "--seeds" in argv else 1
         grid = [round(1.0 + 0.05 * i, 2) for i in range(13)]
-        found = fit(Path(sys.argv[1]), "reasoning_estimate_factor", grid)
-        for held, (value, hit, after, n) in found.items():
+        totals = []
+        for seed in range(seeds):
+            found = fit(src, "reasoning_estimate_factor", grid, seed)
+            for held, (value, hit, after, n) in found.items():
+                print(
+                    f"seed {seed} {held}: reasoning_estimate_factor {value}: within one request"
+                    f" {hit} of {n}, context after within 15% {after} of {n}"
+                )
+            totals.append(held_out(found))
+            hit, after, n = totals[-1]
+            print(f"seed {seed} held out: within one request {hit} of {n}, after {after} of {n}")
+        if seeds > 1:
+            n = totals[0][2]
+            hits = sum(t[0] for t in totals) / seeds
+            afters = sum(t[1] for t in totals) / seeds
             print(
-                f"{held}: reasoning_estimate_factor {value}: within one request {hit} of {n},"
-                f" context after within 15% {after} of {n}"
+                f"held out over {seeds} seeds: within one request {hits:.1f} of {n}"
+                f" ({hits / n:.1%}), after within 15% {afters:.1f} of {n} ({afters / n:.1%})"
             )
-    else:
-        print(table(rows(Path(sys.argv[1]))))
-        others = unmatched(Path(sys.argv[1]))
-        print(f"sessions where the preset compacts a different number of times: {len(others)}")
-        for folder, version, recorded, made in others:
-            print(f"  {folder} {version}: recorded {recorded}, preset {made}")
+        return 0
+    print(table(rows(src)))
+    others = unmatched(src)
+    print(f"sessions where the preset compacts a different number of times: {len(others)}")
+    for folder, version, recorded, made in others:
+        print(f"  {folder} {version}: recorded {recorded}, preset {made}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

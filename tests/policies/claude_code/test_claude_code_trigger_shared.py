@@ -44,7 +44,7 @@ Manual = tuple[str, int, int, int]
 #: was 1M); aba9151e compacted at once on resuming (preTokens 213,002), and the first request
 #: it sent after the compaction is 94. The preset takes the window of the process that sent
 #: each request (policies/claude_code/settings.py `standard_window_from`: 1M before 94, 200k
-#: from it), so it compacts at 94 too; its context after (60,057) is 2.5% under the
+#: from it), so it compacts at 94 too; its context after (60,066) is 2.5% under the
 #: recording's 61,596: the prefix without the 4,000-token skill listing, the summary, the
 #: newest API round (a 9.5k tool result), two files named by a reference (over the 5,000
 #: cap) and three whole (policies/claude_code/autocompact.py). The later rows fall 4-10%
@@ -52,17 +52,17 @@ Manual = tuple[str, int, int, int]
 #: hold, so free-running each next compaction comes later: 4 and 11 requests (151, 255),
 #: and none within 20 requests of 354 (the session ends at 355).
 FREE_RUNNING = [
-    ("390ab778", 94, 94, 61596, 60057),
-    ("390ab778", 147, 151, 64513, 58893),
-    ("390ab778", 244, 255, 67181, 62369),
+    ("390ab778", 94, 94, 61596, 60066),
+    ("390ab778", 147, 151, 64513, 58960),
+    ("390ab778", 244, 255, 67181, 63058),
     ("390ab778", 354, None, 63889, None),
-    ("ffc93f57", 163, 163, 62794, 62659),
-    ("ffc93f57", 269, 269, 76113, 83220),
-    ("0a725fb5", 158, 158, 30905, 32837),
-    ("9034225e", 135, 135, 35866, 34400),
-    ("da4409c0", 247, 246, 32147, 33215),
-    ("da4409c0", 374, 374, 27927, 28358),
-    ("f67ab274", 140, 140, 102368, 40742),
+    ("ffc93f57", 163, 163, 62794, 61636),
+    ("ffc93f57", 269, 269, 76113, 83606),
+    ("0a725fb5", 158, 158, 30905, 33273),
+    ("9034225e", 135, 135, 35866, 34956),
+    ("da4409c0", 247, 246, 32147, 33957),
+    ("da4409c0", 374, 373, 27927, 28891),
+    ("f67ab274", 140, 140, 102368, 40395),
     ("f67ab274", 223, None, 43421, None),
 ]
 #: The same, each compaction replayed from the recorded state. 390ab778: at 94 as above;
@@ -72,7 +72,7 @@ FREE_RUNNING = [
 #: did not: 2.1.2xx pads what the last usage does not hold by 4/3
 #: (policies/claude_code/autocompact.py), which gives 167,090 and 167,123 at 244 and 354,
 #: 166,365 and 166,173 at 146 and 353. Unpadded, 244 fired 2 late and 354 not at all.
-#: Their contexts after are 9.8%, 4.4% and 5.4% short: the recording's summaries (raw
+#: Their contexts after are 9.7%, 4.4% and 5.4% short: the recording's summaries (raw
 #: 4,918-5,079 cl100k tokens, Opus 5) are twice the fit's, and the deferred-tools and MCP
 #: announcements it sends again had grown by 2.6k cl100k since the session's start (the
 #: growth came in attachments, which the compiled trace holds only as unlogged context);
@@ -83,18 +83,18 @@ FREE_RUNNING = [
 #: ffc93f57 (2.1.29) on the request: its trigger adds the output_tokens it logged (1, a
 #: streaming snapshot), not the 514 its response holds, which fired at 162.
 ONE_AT_A_TIME = [
-    ("390ab778", 94, 94, 61596, 60057),
-    ("390ab778", 147, 147, 64513, 58217),
-    ("390ab778", 244, 244, 67181, 64232),
-    ("390ab778", 354, 354, 63889, 60454),
-    ("ffc93f57", 163, 163, 62794, 62659),
-    ("ffc93f57", 269, 269, 76113, 84580),
-    ("0a725fb5", 158, 158, 30905, 32837),
-    ("9034225e", 135, 135, 35866, 34400),
-    ("da4409c0", 247, 247, 32147, 33215),
-    ("da4409c0", 374, 374, 27927, 28316),
-    ("f67ab274", 140, 140, 102368, 40742),
-    ("f67ab274", 223, 222, 43421, 37860),
+    ("390ab778", 94, 94, 61596, 60066),
+    ("390ab778", 147, 147, 64513, 58226),
+    ("390ab778", 244, 244, 67181, 64241),
+    ("390ab778", 354, 354, 63889, 60463),
+    ("ffc93f57", 163, 163, 62794, 61636),
+    ("ffc93f57", 269, 269, 76113, 83557),
+    ("0a725fb5", 158, 158, 30905, 33273),
+    ("9034225e", 135, 135, 35866, 34956),
+    ("da4409c0", 247, 247, 32147, 33957),
+    ("da4409c0", 374, 374, 27927, 29058),
+    ("f67ab274", 140, 140, 102368, 40395),
+    ("f67ab274", 223, 222, 43421, 37513),
 ]
 #: The source folder of each session with a recorded auto-compaction.
 FOLDER = {
@@ -155,9 +155,9 @@ def trigger_tables(corpus: Named) -> Tables:
     single: list[Row] = []
     manual: list[Manual] = []
     for stem, whole in corpus:
-        # The name the tables were measured under (the loaded file's, `.ctxt` included; `ctxsim
-        # run` names it without): the policies' seed follows the trace's name.
-        name = f"{stem}.ctxt"
+        # The name `ctxsim run` gives the trace (its compiled file's, without `.ctxt`): the
+        # policies' seed follows it, so these rows are what a run of the session shows.
+        name = stem
         for session in whole.sessions:
             if not session.events:
                 continue
