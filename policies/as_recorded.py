@@ -149,6 +149,10 @@ class _State(SessionPolicy):
         if k == 0 and self.warm_start:
             for position in self.warm:
                 out.warm(view, position, KEPT_WARM_MS)
+            fork = self.ctx.session.fork
+            if fork is not None and fork.block in self.pos:  # the parent's cache
+                p = self.pos[fork.block]
+                out.written(view, p, fork.sent_ms, fork.ttl_ms, fork.end_ms)
         for position in self.rewarm:
             out.warm(view, position, KEPT_WARM_MS)
         self.rewarm = []

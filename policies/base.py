@@ -256,7 +256,8 @@ class ConversationSession(SessionPolicy):
         self.send(k, out, view, flags)
 
     def warm_once(self, out: Emitter, k: int) -> None:
-        """Before the first request: the shared prefix is cached as the recording found it.
+        """Before the first request: the shared prefix is cached as the recording found it,
+        and a fork's context as its parent's last call wrote it (`Session.fork`).
         After an idle gap longer than the TTL: the part of it other sessions kept warm, as
         the recording's read showed (simulator/prefix.py `PrefixState.warm_now`): a fact
         about other sessions, so every policy sees it as as-recorded does."""
@@ -264,6 +265,11 @@ class ConversationSession(SessionPolicy):
             view = self.conv.sync()
             for position in self.conv.warm:
                 out.warm(view, position, KEPT_WARM_MS)
+            fork = self.ctx.session.fork
+            at = None if fork is None else self.conv.index_of(fork.block)
+            if fork is not None and at is not None:  # a fork: its parent's cache
+                position = self.conv.n_prefix + at
+                out.written(view, position, fork.sent_ms, fork.ttl_ms, fork.end_ms)
             self.warm_done = True
         if self.warm_start and self.conv.prefix.warm_now:
             view = self.conv.sync()

@@ -194,6 +194,23 @@ class CompactionEvent:
     call_usage: tuple[int, int, int, int, int] | None = None
 
 
+@dataclass(frozen=True)
+class ForkContext:
+    """Where a fork's context came from: its first call was sent with its parent's context
+    (Claude Code's compaction and /btw files, a forked session file), so it shares the
+    prompt cache that context was written to (traces/claude_code.py `_Unit`).
+
+    `block` is the last history block (in this session's numbering) of the input of the
+    parent's last call the fork copied: that call's final cache marker wrote the prefix
+    through it, sent at `sent_ms` (its response ended at `end_ms`) with entries of `ttl_ms`.
+    """
+
+    block: int
+    sent_ms: int
+    end_ms: int
+    ttl_ms: int
+
+
 @dataclass
 class Session:
     """One prompt-cache domain: a main conversation, a subagent, or a compaction call."""
@@ -223,6 +240,8 @@ class Session:
     #: its predecessor held only in memory (traces/claude_code.py `_FileReader`;
     #: policies/claude_code/autocompact.py `Autocompact.restart`).
     restarted_at: list[int] = field(default_factory=list)
+    #: A fork's parent context and when the parent cached it; None for any other session.
+    fork: ForkContext | None = None
 
     def logged_window(self, request: int) -> int:
         """The window the client logged for the model of `request`, -1 if none."""
@@ -294,6 +313,7 @@ class Trace:
                 a.context_windows,
                 a.restored_at,
                 a.restarted_at,
+                a.fork,
             ) == (
                 b.id,
                 b.kind,
@@ -305,6 +325,7 @@ class Trace:
                 b.context_windows,
                 b.restored_at,
                 b.restarted_at,
+                b.fork,
             )
             if not (same and a.events == b.events):
                 return False

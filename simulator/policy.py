@@ -122,10 +122,14 @@ class Emitter(ABC):
     def warm(self, view: View, position: int, ttl_ms: int) -> None:
         """Mark the prefix through `position` as already cached (by other sessions)."""
 
-    def written(self, view: View, position: int, at_ms: int, ttl_ms: int) -> None:  # noqa: B027
-        """Record that a request of the client's own that the trace does not log, sent at
-        `at_ms`, wrote the prefix through `position` with `ttl_ms` (Claude Code's prompt
-        suggestion after an end of turn: policies/as_recorded.py); it is not priced."""
+    def written(  # noqa: B027
+        self, view: View, position: int, at_ms: int, ttl_ms: int, done_ms: int | None = None
+    ) -> None:
+        """Record that a request this session does not log, sent at `at_ms` (its response
+        ended at `done_ms`, where known), wrote the prefix through `position` with `ttl_ms`:
+        Claude Code's prompt suggestion after an end of turn (policies/as_recorded.py), a
+        fork's parent's last call (`Session.fork`); it is not priced. The cache model
+        decides from which of the two times the entry lives."""
 
 
 @dataclass

@@ -100,10 +100,20 @@ class PromptCache:
         generates, for a cache that holds responses."""
         raise NotImplementedError
 
-    def warm(self, view: View, position: int, now_ms: int, ttl_ms: int) -> None:
+    def warm(
+        self, view: View, position: int, now_ms: int, ttl_ms: int, done_ms: int | None = None
+    ) -> None:
         """Seed an entry (a prefix cached before the session began, e.g. by another session
-        sharing the system prompt)."""
-        self.warm_entry(view.chains[: position + 1], view.cum[position], now_ms, ttl_ms)
+        sharing the system prompt, or written by a request sent at `now_ms` whose response
+        ended at `done_ms`: it lives from the time `request` would count it used)."""
+        at = self.used_at(now_ms, done_ms)
+        self.warm_entry(view.chains[: position + 1], view.cum[position], at, ttl_ms)
+
+    def used_at(self, now_ms: int, done_ms: int | None) -> int:
+        """When a request sent at `now_ms` (its response ending at `done_ms`) counts as
+        having used the entries it read or wrote: its send, for caches without a rule of
+        their own."""
+        return now_ms
 
     def warm_entry(self, chains: list[int], tokens: int, now_ms: int, ttl_ms: int) -> None:
         """Seed the prefix whose prefix hashes are `chains` (its last hash names it)."""
@@ -131,6 +141,11 @@ class AnthropicCache(PromptCache):
         if chains and tokens >= self.min_tokens:
             self.entries[chains[-1]] = [now_ms + ttl_ms, ttl_ms]
 
+    def used_at(self, now_ms: int, done_ms: int | None) -> int:
+        """The send for current models, the response's end for the 2025 ones
+        (`ANTHROPIC_REFRESH_AT_END`)."""
+        return now_ms if self.refresh_at_send or done_ms is None or done_ms < now_ms else done_ms
+
     def request(
         self,
         view: View,
@@ -139,6 +154,7 @@ class AnthropicCache(PromptCache):
         done_ms: int | None = None,
         response: Response | None = None,
     ) -> Usage:
+        # `used_at`, inlined: the per-call path
         done = now_ms if self.refresh_at_send or done_ms is None or done_ms < now_ms else done_ms
         if len(breakpoints) > MAX_BREAKPOINTS:
             _check_breakpoints(breakpoints)

@@ -200,9 +200,11 @@ class _SessionEngine(Emitter):
         for cache in self.caches.values():
             cache.warm_entry(*spec)
 
-    def written(self, view: View, position: int, at_ms: int, ttl_ms: int) -> None:
+    def written(
+        self, view: View, position: int, at_ms: int, ttl_ms: int, done_ms: int | None = None
+    ) -> None:
         """An unlogged request of the client wrote this model's cache (not priced)."""
-        self.cache.warm(view, position, at_ms, ttl_ms)
+        self.cache.warm(view, position, at_ms, ttl_ms, done_ms)
 
     def edit(self, edit: Edit) -> None:
         self.pending.append(edit)

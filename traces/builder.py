@@ -33,6 +33,7 @@ from simulator.model import (
     Columns,
     CompactionEvent,
     Flag,
+    ForkContext,
     Kind,
     Role,
     Session,
@@ -201,6 +202,10 @@ class SessionBuilder:
         self._iterations: dict[int, tuple[RecordedUsage, ...]] = {}
         #: Requests (after splitting) that are a call's second or later pass.
         self._iteration_requests: set[int] = set()
+        #: A fork's parent context (`Session.fork`): its last block, and when the parent's
+        #: call cached it (sent, ended, TTL); -1 and None for any other session.
+        self.fork_block = -1
+        self.fork_times: tuple[int, int, int] | None = None
 
     # -- blocks -------------------------------------------------------------------------
 
@@ -389,6 +394,10 @@ class SessionBuilder:
         blocks["tokens"] = blocks["tokens_raw"].copy()
         self._fix_outputs(blocks, requests)
         blocks, prefix = self._anchor(blocks, requests)
+        fork = None
+        if self.fork_block >= 0 and self.fork_times is not None:
+            sent, end, ttl = self.fork_times
+            fork = ForkContext(self.fork_block, sent, max(end, sent), ttl)
         return Session(
             id=self.id,
             kind=self.kind,
@@ -400,6 +409,7 @@ class SessionBuilder:
             blocks=Columns(BLOCK_COLUMNS, blocks),
             requests=Columns(REQUEST_COLUMNS, requests),
             events=list(self.events),
+            fork=fork,
         )
 
     def _split_iterations(self) -> None:
@@ -528,6 +538,8 @@ class SessionBuilder:
         link = blocks["link"]
         shifted = np.where(link >= 0, link + np.searchsorted(positions, link, side="right"), -1)
         blocks["link"] = shifted.astype(np.int32)
+        if self.fork_block >= 0:
+            self.fork_block += int(np.searchsorted(positions, self.fork_block, side="right"))
         self.events = [
             e
             if e.summary_block < 0

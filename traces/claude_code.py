@@ -55,7 +55,8 @@ from typing import Any
 
 import orjson
 
-from simulator.model import CompactionEvent, Flag, Kind, Role, Session, Trace
+from simulator.model import CompactionEvent, Flag, ForkContext, Kind, Role, Session, Trace
+from simulator.view import FIVE_MINUTES, ONE_HOUR
 from traces.bounds import quoted, ts_in_range, usage_problem
 from traces.builder import (
     IMAGE_TOKENS,
@@ -513,6 +514,9 @@ class _SessionAssembler:
         self.node_blocks: dict[str, list[int]] = {}
         self.msg_index: dict[str, int] = {}
         self.uses: dict[str, tuple[str, str | None]] = {}  # tool_use id -> (tool, path)
+        #: The first line of the response of the last call a fork copied (`fork_from`):
+        #: the blocks laid before it are that call's input, which its cache marker wrote.
+        self.fork_node: str | None = None
         self._resolve_parents()
         self._index_parallel_calls()
 
@@ -781,6 +785,8 @@ class _SessionAssembler:
         for uuid in self._with_parallel_calls(added, before_line):
             self.path_pos[uuid] = len(self.path)
             self.path.append(uuid)
+            if uuid == self.fork_node and self.b.n_blocks:
+                self.b.fork_block = self.b.n_blocks - 1
             node = self.r.nodes[uuid]
             if node.compaction_root:
                 self._compaction(k, node)
@@ -1071,15 +1077,24 @@ def _build_session(
     requests: list[_Request],
     copied_roots: frozenset[str] = frozenset(),
     process_of: dict[str, int] | None = None,
+    fork_from: _Request | None = None,
 ) -> tuple[Session, dict[str, int]]:
     """One session of `reader`: the blocks of `nodes`, priced at `requests` (the session's
     own calls; calls copied from another file only lay their blocks as context).
-    `process_of`: message id -> the file of a resume chain that made the call."""
+    `process_of`: message id -> the file of a resume chain that made the call. `fork_from`:
+    the last call a fork copied from its parent (`Session.fork`)."""
     client = f"claude-code {reader.version}".strip()
     builder = SessionBuilder(hasher, id=id, kind=kind, parent=parent, client=client)
     requests = _ordered(reader, requests)
     index = {req.message_id: k for k, req in enumerate(requests)}
-    _SessionAssembler(reader, builder, nodes, index, copied_roots).run(requests)
+    assembler = _SessionAssembler(reader, builder, nodes, index, copied_roots)
+    if fork_from is not None and fork_from.nodes:
+        assembler.fork_node = fork_from.nodes[0]
+        usage = fork_from.usage
+        one_hour = usage is not None and usage.cache_write_1h > 0 and usage.cache_write_5m == 0
+        ttl = ONE_HOUR if one_hour else FIVE_MINUTES
+        builder.fork_times = (fork_from.ts, fork_from.end_ts, ttl)
+    assembler.run(requests)
     session = builder.finish(token_cache)
     session.restarted_at = _restarts(reader, requests, process_of or {})
     return session, builder.stats
@@ -1257,7 +1272,17 @@ class _Unit:
       the parent logged no compaction after the copied calls, the call is kept as a
       `compaction` session holding only that call;
     * any other subagent or fork file is a session of its own calls only; one with none
-      (every call copied) is dropped.
+      (every call copied) is dropped;
+    * a session made from a file that copied calls (a fork, a /btw or unattached compaction
+      file) sent its first call with the parent's context, whose cache it shares: a cache
+      is keyed by the prefix's content, not by the file. `Session.fork` says where that
+      context ends (the last block of the input of the last copied call, whose final marker
+      wrote it) and when the parent last used it (`_last_use`): replay seeds that entry
+      before the fork's first request. ../shared/repro/fidelity/fork: the compaction call
+      read 35,371 of its 36,271 tokens; replayed cold it wrote 25,668 of them (+199% on the
+      session, +31% on the reproduction's bill), seeded -5.4% and -0.9% (the rest is the
+      compaction prompt, which the file logs shorter than the 900 uncached tokens the
+      usage shows: the fork's anchoring put that deficit into the copied blocks).
     """
 
     def __init__(self, hasher: Hasher) -> None:
@@ -1303,6 +1328,7 @@ class _Unit:
         parent: int,
         copied_roots: frozenset[str] = frozenset(),
         process_of: dict[str, int] | None = None,
+        fork_from: _Request | None = None,
     ) -> int:
         ids = {s.id for s in self.sessions}
         unique, j = id, 1
@@ -1319,13 +1345,35 @@ class _Unit:
             requests=requests,
             copied_roots=copied_roots,
             process_of=process_of,
+            fork_from=fork_from,
         )
+        if session.fork is not None and fork_from is not None:
+            session.fork = self._last_use(session.fork, fork_from, int(session.requests["ts"][0]))
+            self._count("forks_of_a_cached_context")
         add_counts(self.stats, st)
         index = len(self.sessions)
         self.sessions.append(session)
         for k, req in enumerate(requests):
             self.calls.setdefault(req.message_id, (index, k))
         return index
+
+    def _last_use(self, fork: ForkContext, copied: _Request, first_sent: int) -> ForkContext:
+        """The fork's parent context as last used before the fork's first call: the entry
+        the copied call wrote is read, and so kept alive, by the parent's next request,
+        where that one left before the fork's first call with the same context (no
+        compaction between) within the entry's TTL of the copied call's send (the rule of
+        current models, simulator/prompt_cache.py; forks are of 2.1.8x on); any later
+        request of the parent reads its own newer entries."""
+        s, k = self.calls.get(copied.message_id, (-1, -1))
+        if s < 0 or k + 1 >= self.sessions[s].n_requests:
+            return fork
+        parent = self.sessions[s]
+        if any(e.request == k + 1 for e in parent.events):
+            return fork
+        sent = int(parent.requests["ts"][k + 1])
+        if sent > first_sent or sent > fork.sent_ms + fork.ttl_ms:  # later, or it had expired
+            return fork
+        return replace(fork, sent_ms=sent, end_ms=max(int(parent.requests["ts_end"][k + 1]), sent))
 
     def conversation(self, chain: list[_File]) -> None:
         """A conversation: a session file and the files it resumes (`_resume_chains`), read
@@ -1373,6 +1421,7 @@ class _Unit:
                 parent=parent if kind == "main" else first,
                 copied_roots=roots,
                 process_of=process_of,
+                fork_from=copied[-1] if copied and kind == "main" else None,
             )
             if kind == "main":
                 first = at
@@ -1402,7 +1451,16 @@ class _Unit:
         if kind == "compaction":
             self._count("compaction_calls_unattached", len(own))
         roots = self._copied_roots(f, copied)
-        self._add(f, set(r.order), own, id=f.stem, kind=kind, parent=parent, copied_roots=roots)
+        self._add(
+            f,
+            set(r.order),
+            own,
+            id=f.stem,
+            kind=kind,
+            parent=parent,
+            copied_roots=roots,
+            fork_from=copied[-1] if copied else None,
+        )
 
     def _attach(self, own: list[_Request], copied: list[_Request]) -> bool:
         """Give the compaction that `own` (an acompact file's own calls) made its usage.

@@ -53,9 +53,11 @@ from simulator.model import (
     REQUEST_COLUMNS,
     Columns,
     CompactionEvent,
+    ForkContext,
     Session,
     Trace,
 )
+from simulator.view import FIVE_MINUTES, ONE_HOUR
 from traces.bounds import MAX_CONTEXT_TOKENS, MAX_OUTPUT_TOKENS, MAX_TS_MS, clip
 from traces.errors import TraceError
 from traces.source import INCOMPLETE_MARKER as INCOMPLETE_MARKER
@@ -220,6 +222,7 @@ def _meta(trace: Trace) -> bytes:
             **_context_windows_meta(s.context_windows),
             **_restored_meta(s.restored_at),
             **_restarted_meta(s.restarted_at),
+            **_fork_meta(s.fork),
         }
         for s in trace.sessions
     ]
@@ -361,6 +364,7 @@ def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> 
             context_windows=s["context_windows"],
             restored_at=s["restored_at"],
             restarted_at=s["restarted_at"],
+            fork=s["fork"],
         )
         for s, b, r in zip(sessions_meta, blocks, requests, strict=True)
     ]
@@ -533,6 +537,32 @@ def _restored_at(s: dict[str, Any], where: str, label: str, name: str = "restore
     return list(v)
 
 
+def _fork_meta(fork: ForkContext | None) -> dict[str, list[int]]:
+    """A session's `fork` entry: absent for a session that is no fork (all but a few), so
+    other compiled files are unchanged."""
+    if fork is None:
+        return {}
+    values = (fork.block, fork.sent_ms, fork.end_ms, fork.ttl_ms)
+    return {"fork": [operator.index(v) for v in values]}
+
+
+def _fork(s: dict[str, Any], where: str, label: str) -> ForkContext | None:
+    """A session's optional `fork`: a block of the session, two times in order and a TTL
+    of 5 minutes or 1 hour; absent in files written before the field existed."""
+    if "fork" not in s:
+        return None
+    v = s["fork"]
+    ok = isinstance(v, list) and len(v) == 4
+    ok = ok and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    if not ok or not (
+        0 <= v[0] < s.get("n_blocks", 0)
+        and 0 <= v[1] <= v[2] <= MAX_TS_MS
+        and v[3] in (FIVE_MINUTES, ONE_HOUR)
+    ):
+        raise _fail(label, f"{where}fork is not a block, two times in order and a TTL")
+    return ForkContext(v[0], v[1], v[2], v[3])
+
+
 def _call_usage_meta(usage: tuple[int, int, int, int, int] | None) -> dict[str, list[int]]:
     """An event's `call_usage` entry: absent when the recording logged no compaction call."""
     return {} if usage is None else {"call_usage": [operator.index(v) for v in usage]}
@@ -610,6 +640,7 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
             "context_windows": _context_windows(s, where, label),
             "restored_at": _restored_at(s, where, label),
             "restarted_at": _restored_at(s, where, label, "restarted_at"),
+            "fork": _fork(s, where, label),
         }
         if not (0 <= session["n_blocks"] < 2**31 and 0 <= session["n_requests"] < 2**31):
             raise _fail(

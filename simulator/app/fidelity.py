@@ -196,6 +196,7 @@ INFERRED = (
     ("server_passes_split", "server-tool passes split into requests"),
     ("injected_blocks", "INJECTED blocks"),
     ("unexplained_shrinks", "unexplained shrinks"),
+    ("forks_of_a_cached_context", "forks sent with their parent's cached context"),
 )
 
 
