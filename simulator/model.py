@@ -242,6 +242,9 @@ class Session:
     restarted_at: list[int] = field(default_factory=list)
     #: A fork's parent context and when the parent cached it; None for any other session.
     fork: ForkContext | None = None
+    #: cl100k tokens of the skill listing the recording's client announced first (Claude
+    #: Code 2.1.2xx, traces/claude_code.py `_listing`), -1 where it logged none.
+    skill_listing: int = -1
 
     def logged_window(self, request: int) -> int:
         """The window the client logged for the model of `request`, -1 if none."""
@@ -314,6 +317,7 @@ class Trace:
                 a.restored_at,
                 a.restarted_at,
                 a.fork,
+                a.skill_listing,
             ) == (
                 b.id,
                 b.kind,
@@ -326,6 +330,7 @@ class Trace:
                 b.restored_at,
                 b.restarted_at,
                 b.fork,
+                b.skill_listing,
             )
             if not (same and a.events == b.events):
                 return False

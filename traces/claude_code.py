@@ -71,6 +71,7 @@ from traces.builder import (
 from traces.errors import Problems
 from traces.jsonl import UNREADABLE, json_lines
 from traces.source import ImportUnit
+from traces.tokens import count_tokens
 
 #: The line a /compact command leaves in the transcript (both 1.0.x and 2.x).
 COMPACT_COMMAND = "<command-name>/compact</command-name>"
@@ -230,6 +231,9 @@ class _FileReader:
         #: (`_process_evidence`), ascending.
         self.process_starts: list[int] = []
         self._process_version = ""
+        #: cl100k tokens of the first whole skill listing the client announced (`_listing`),
+        #: -1 before any.
+        self.skill_listing = -1
         self._parse(data)
 
     def _report(self, line: int, category: str, message: str) -> None:
@@ -316,10 +320,29 @@ class _FileReader:
             self._process_version = version
         if kind == "attachment":
             attachment = obj.get("attachment")
+            self._listing(attachment)
             hook = attachment.get("hookName") if isinstance(attachment, dict) else None
             started = isinstance(hook, str) and hook in START_HOOKS
             if started and self.process_starts[-1:] != [lineno]:
                 self.process_starts.append(lineno)
+
+    def _listing(self, attachment: Any) -> None:
+        """The size of the first whole skill listing the file logs (`Session.skill_listing`).
+
+        2.1.2xx announces the skills in an attachment of the first prompt (type
+        `skill_listing`, `isInitial` true, its text in `content`; later ones with
+        `isInitial` false are deltas), and after a compaction does not send it again
+        (policies/claude_code/autocompact.py). Its size is the user's: the skills they have
+        installed, their descriptions cut by the client to 1% of the window
+        (claude-code#68135). In ../shared/traces/claude-code 124 files log one, 679-9,415
+        cl100k tokens (entirecontext's 141 skills: 9,415, about 13k in Opus 4.6's tokens).
+        Only the count is kept, never the text."""
+        if self.skill_listing >= 0 or not isinstance(attachment, dict):
+            return
+        content = attachment.get("content")
+        initial = attachment.get("isInitial") is True
+        if attachment.get("type") == "skill_listing" and initial and isinstance(content, str):
+            self.skill_listing = count_tokens(content)
 
     def _tree_node(
         self, lineno: int, obj: dict[str, Any], kind: str, *, pass_through: bool
@@ -1425,6 +1448,8 @@ class _Unit:
             )
             if kind == "main":
                 first = at
+                logged = [g.reader.skill_listing for g in chain if g.reader.skill_listing >= 0]
+                self.sessions[at].skill_listing = logged[0] if logged else -1
                 names = {main_id, r.last_session_id}
                 if not copied:
                     names |= {g.reader.session_id for g in chain}

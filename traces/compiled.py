@@ -223,6 +223,7 @@ def _meta(trace: Trace) -> bytes:
             **_restored_meta(s.restored_at),
             **_restarted_meta(s.restarted_at),
             **_fork_meta(s.fork),
+            **({"skill_listing": operator.index(s.skill_listing)} if s.skill_listing >= 0 else {}),
         }
         for s in trace.sessions
     ]
@@ -365,6 +366,7 @@ def from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> 
             restored_at=s["restored_at"],
             restarted_at=s["restarted_at"],
             fork=s["fork"],
+            skill_listing=s["skill_listing"],
         )
         for s, b, r in zip(sessions_meta, blocks, requests, strict=True)
     ]
@@ -563,6 +565,17 @@ def _fork(s: dict[str, Any], where: str, label: str) -> ForkContext | None:
     return ForkContext(v[0], v[1], v[2], v[3])
 
 
+def _skill_listing(s: dict[str, Any], where: str, label: str) -> int:
+    """A session's optional `skill_listing`: a token count; -1 when absent (no listing
+    logged, or a file written before the field existed)."""
+    if "skill_listing" not in s:
+        return -1
+    v = s["skill_listing"]
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_CONTEXT_TOKENS:
+        raise _fail(label, f"{where}skill_listing is not a token count")
+    return v
+
+
 def _call_usage_meta(usage: tuple[int, int, int, int, int] | None) -> dict[str, list[int]]:
     """An event's `call_usage` entry: absent when the recording logged no compaction call."""
     return {} if usage is None else {"call_usage": [operator.index(v) for v in usage]}
@@ -641,6 +654,7 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
             "restored_at": _restored_at(s, where, label),
             "restarted_at": _restored_at(s, where, label, "restarted_at"),
             "fork": _fork(s, where, label),
+            "skill_listing": _skill_listing(s, where, label),
         }
         if not (0 <= session["n_blocks"] < 2**31 and 0 <= session["n_requests"] < 2**31):
             raise _fail(

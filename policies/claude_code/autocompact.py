@@ -93,9 +93,14 @@ and MCP-instructions announcements, hook output), beside the summary, files and 
   window, 40,000 characters on 1M: claude-code#68135,
   melodic-software/claude-code-plugins#1271): flutter-docker's
   4,281-4,399 cl100k tokens (about 6.8k in Opus 5's), entirecontext's 10,005 (its budget
-  on Opus 4.6's 1M window). The preset takes the client's own 4,000, not a recording's;
-  it leaves the prefix once per session, from its end and never into the part through
-  the system prompt's marker (`drop_prefix_tail`).
+  on Opus 4.6's 1M window). The client logs the listing it announces (a `skill_listing`
+  attachment, isInitial true: traces/claude_code.py `_listing`, `Session.skill_listing`),
+  so the preset takes that size, in the session's tokens (`_listing_size`), and the
+  client's own 4,000 (claude-code#76161) only where none was logged
+  (`autocompact.skill_listing_recorded`): entirecontext's requests under claude-code
+  74.4% -> 95.3% matched, its two /compact +15.1% / +13.6% -> +0.7% / +0.6%
+  (policies/calibration/README.md). It leaves the prefix once per session, from its end
+  and never into the part through the system prompt's marker (`drop_prefix_tail`).
 * A file over the 5,000-token cap is named by a `compact_file_reference`, not cut
   (`autocompact.restore_reference_tokens`, 60: the client's note, 41 cl100k tokens as a
   reminder, and the reference's 20-39). da81b1d5's two compactions name 1 and 2 files so,
@@ -250,6 +255,7 @@ class Autocompact:
         self._scale: float | None = None
         listing = p["autocompact.skill_listing_tokens"]
         self.listing_tokens = None if listing is None else int(listing)
+        self.listing_recorded = bool(p["autocompact.skill_listing_recorded"])
         self.listing_dropped = False
         #: What `_drop_listing` took off the prefix, and the item a restarted process
         #: announced the listing again with (`announce_listing`), None before any.
@@ -445,7 +451,19 @@ class Autocompact:
         if self.listing_tokens is None or self.listing_dropped:
             return
         self.listing_dropped = True
-        self.listing_taken = drop_prefix_tail(conv, self.listing_tokens)
+        self.listing_taken = drop_prefix_tail(conv, self._listing_size(conv))
+
+    def _listing_size(self, conv: Conversation) -> int:
+        """The listing's size in the session's tokens: the recording's own where it logged
+        one and `autocompact.skill_listing_recorded` is on (its cl100k count times the
+        session's tokens per cl100k token, `tokenizer_ratio`, the fit's where the session
+        has no measure), else `autocompact.skill_listing_tokens`."""
+        assert self.listing_tokens is not None
+        session = conv.ctx.session
+        if not self.listing_recorded or session.skill_listing < 0:
+            return self.listing_tokens
+        ratio = tokenizer_ratio(session)
+        return round(session.skill_listing * (TOKENIZER_RATIO if ratio is None else ratio))
 
     def restart(self, request: int) -> None:
         """A new client process sends `request` (`Session.restarted_at`): the skills the

@@ -367,6 +367,11 @@ PARAMS: dict[str, Param] = {
         "2.1.2xx: about 4,000 (claude-code#76161; autocompact.py); null before (preset)",
         optional=True,
     ),
+    "autocompact.skill_listing_recorded": flag(
+        "the listing that leaves is the size the recording's client logged for it, in the"
+        " session's tokens, where it logged one (else skill_listing_tokens)",
+        "2.1.2xx logs the listing it announces (skill_listing attachment; autocompact.py)",
+    ),
     "autocompact.session_memory.enabled": flag(
         "try session-memory compaction (no summary request) before a full compaction",
         "Claude Code 2.1.88: gated off by default (DESIGN.md 4, stage 4)",

@@ -131,6 +131,7 @@ BASE: dict[str, Any] = {
     "autocompact.skills_budget_tokens": 25_000,
     "autocompact.restore_session_tokens": False,  # 2.1.2xx: the session's own tokenizer
     "autocompact.skill_listing_tokens": None,  # 2.1.2xx: the listing is not sent again
+    "autocompact.skill_listing_recorded": False,  # 2.1.2xx: its size as the recording logged
     "autocompact.session_memory.enabled": False,
     "autocompact.session_memory.min_tail_tokens": 10_000,
     "autocompact.session_memory.min_tail_text_messages": 5,
@@ -605,6 +606,7 @@ class ClaudeCode21221(ClaudeCode):
         "autocompact.preserve_tail_groups": 1,
         "autocompact.restore_reference_tokens": 60,
         "autocompact.skill_listing_tokens": 4_000,
+        "autocompact.skill_listing_recorded": True,
         "autocompact.invoked_skills": True,
         "autocompact.restore_session_tokens": True,
         "autocompact.estimate_recounts_response": True,

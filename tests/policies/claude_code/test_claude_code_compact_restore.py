@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from policies.calibration.summary import TOKENIZER_RATIO
+from policies.claude_code import autocompact
 from policies.claude_code.autocompact import RATIO_MIN_RAW, tokenizer_ratio
 from policies.claude_code.policy import BASE, preset_for
 from simulator import policy
@@ -68,6 +69,44 @@ def test_the_skill_listing_is_not_sent_again(listing: int | None, prefix_after: 
     assert compactions(frame) == [(8, "autocompact")]
     assert contexts(frame)[8] == prefix_after + 3_000 + 17_000
     # Request 9 adds nothing: the prefix stays as it was after the compaction.
+    assert state.conv.prefix.layout.total == prefix_after
+
+
+@pytest.mark.parametrize(
+    ("recorded", "logged", "ratio", "prefix_after"),
+    [
+        (True, 2_000, 1.0, 8_000),  # the recording's listing, at the session's 1.0
+        (True, 2_000, None, 7_586),  # no measure of the session's tokens: the fit's 1.207
+        (False, 2_000, 1.0, 7_000),  # the rule off: the preset's fixed size
+        (True, -1, 1.0, 7_000),  # nothing logged: the preset's fixed size
+    ],
+)
+def test_the_listing_that_leaves_is_the_one_the_recording_logged(
+    monkeypatch: pytest.MonkeyPatch,
+    recorded: bool,
+    logged: int,
+    ratio: float | None,
+    prefix_after: int,
+) -> None:
+    """As above with a 3,000-token preset listing, where the session logged a listing of
+    2,000 cl100k tokens (`Session.skill_listing`): 2,000 of the prefix leave at the
+    compaction at 8, in the session's tokens (its blocks as written: 1.0 per cl100k
+    token), or round(2,000 x 1.207) = 2,414 where it has no measure."""
+    if ratio is None:
+        monkeypatch.setattr(autocompact, "tokenizer_ratio", lambda session: None)
+    params = {
+        **PLAIN,
+        "autocompact.skill_listing_tokens": 3_000,
+        "autocompact.skill_listing_recorded": recorded,
+    }
+
+    def setup(state: Any) -> None:
+        _first_message(state)
+        state.conv.ctx.session.skill_listing = logged
+
+    frame, state = run(_files_session(), params, LATEST, setup=setup)
+    assert compactions(frame) == [(8, "autocompact")]
+    assert contexts(frame)[8] == prefix_after + 3_000 + 17_000
     assert state.conv.prefix.layout.total == prefix_after
 
 
@@ -371,6 +410,7 @@ def test_calibrated_sizes_are_in_the_sessions_tokens() -> None:
 def test_only_the_2_1_2xx_preset_has_these_rules() -> None:
     latest = policy.build(preset_for("claude-code 2.1.232")).params
     assert latest["autocompact.skill_listing_tokens"] == 4_000
+    assert latest["autocompact.skill_listing_recorded"] is True
     assert latest["autocompact.restore_reference_tokens"] == 60
     assert latest["autocompact.invoked_skills"] is True
     assert latest["autocompact.restore_session_tokens"] is True
@@ -381,6 +421,7 @@ def test_only_the_2_1_2xx_preset_has_these_rules() -> None:
     for client in ("claude-code 1.0.53", "claude-code 2.1.29", "claude-code 2.1.199"):
         params = policy.build(preset_for(client)).params
         assert params["autocompact.skill_listing_tokens"] is None
+        assert params["autocompact.skill_listing_recorded"] is False
         assert params["autocompact.restore_reference_tokens"] is None
         assert params["autocompact.invoked_skills"] is False
         assert params["autocompact.restore_session_tokens"] is False
