@@ -753,6 +753,30 @@ def grid_keys(cells: pl.DataFrame) -> list[str]:
     return [c for c in cells.columns if c not in ("policy", "params_hash", *CELL_FIGURES)]
 
 
+def inert_grid_keys(cells: pl.DataFrame) -> list[str]:
+    """The grid parameters that changed nothing: wherever two cells differ in that
+    parameter alone (same policy, same other grid values), every figure of theirs is the
+    same. A sweep of one is a question the replay never asked: the policy (or the preset a
+    session takes) does not read it, as claude-code@1.0's threshold, a share of the window,
+    ignores `autocompact.buffer_tokens`."""
+    keys = grid_keys(cells)
+    figures = [c for c in CELL_FIGURES if c in cells.columns]
+    out = []
+    for key in keys:
+        others = ["policy", *(k for k in keys if k != key)]
+        spread = (
+            cells.group_by(others)
+            .agg(
+                pl.col(key).n_unique().alias("_values"),
+                pl.struct(figures).n_unique().alias("_figures"),
+            )
+            .filter(pl.col("_values") > 1)  # cells that differ in this parameter alone
+        )
+        if spread.height and (spread["_figures"] == 1).all():
+            out.append(key)
+    return out
+
+
 #: The recorded usage of a request, in replay-row vocabulary (`recorded`).
 _RECORDED_SCHEMA: dict[str, Any] = {
     "trace": pl.String,

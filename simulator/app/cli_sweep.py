@@ -403,7 +403,17 @@ def sweep(
     for line in _summary_lines(result, where):
         click.echo(line)
     if table.height:
-        click.echo(_table(table, _grid_names(result.manifest)), nl=False)
+        from simulator.frames import inert_grid_keys
+
+        names = _grid_names(result.manifest)
+        click.echo(_table(table, names), nl=False)
+        for key in inert_grid_keys(table):
+            name = names.get(key, key)
+            click.echo(
+                f"note: {name} changed nothing: cells that differ in it alone have the same"
+                " cost, calls and events (`ctxsim policies show POLICY` says what each"
+                " preset reads)"
+            )
     written = [f"{sw.DATA_DIR}/ ({table.height} file(s))", sw.MANIFEST_FILE, sw.CELLS_FILE]
     if not no_charts and table.height:
         written.append(f"{_write_charts(out, table, result.manifest)} chart(s)")

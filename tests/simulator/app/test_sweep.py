@@ -24,7 +24,7 @@ from simulator import run as service
 from simulator.app import sweep as sw
 from simulator.app.cli import main
 from simulator.app.cli_sweep import progress_line
-from simulator.frames import REQUEST_ORDER
+from simulator.frames import REQUEST_ORDER, inert_grid_keys
 from simulator.workers import start_fork_server
 from tests.support import SAMPLES
 from traces.load import load_all, units
@@ -530,3 +530,62 @@ def test_row_figures_of_a_many_chunk_frame_are_one_row(samples) -> None:
     assert figures.equals(sw.row_figures(rows.rechunk()))
     assert figures["refetch_calls"].item() is None
     assert figures["compactions"].item() == (rows["kind"] == "compaction").sum()
+
+
+# -- a swept parameter that changes nothing ---------------------------------------------------
+
+
+def _cells(rows: list[tuple[str, int, bool, float, int]]) -> pl.DataFrame:
+    """A cells table: (policy, buffer, snip, cost, compactions) per cell, the other
+    figures alike in every cell."""
+    cols = ("policy", "autocompact__buffer_tokens", "snip__enabled", "cost_total", "compactions")
+    frame = pl.DataFrame(rows, schema=list(cols), orient="row")
+    return frame.with_columns(pl.lit("h").alias("params_hash"), pl.lit(0).alias("overflows"))
+
+
+def test_a_parameter_is_inert_where_cells_differing_in_it_alone_agree() -> None:
+    # The buffer moves nothing under @1.0 (a share of the window) nor @2.1.88 here: inert;
+    # snip moves @2.1.88's cost: not inert, although @1.0's cells agree along it.
+    cells = _cells(
+        [
+            ("claude-code@1.0", 10_000, False, 5.0, 2),
+            ("claude-code@1.0", 20_000, False, 5.0, 2),
+            ("claude-code@1.0", 10_000, True, 5.0, 2),
+            ("claude-code@1.0", 20_000, True, 5.0, 2),
+            ("claude-code@2.1.88", 10_000, False, 6.0, 3),
+            ("claude-code@2.1.88", 20_000, False, 6.0, 3),
+            ("claude-code@2.1.88", 10_000, True, 5.5, 3),
+            ("claude-code@2.1.88", 20_000, True, 5.5, 3),
+        ]
+    )
+    assert inert_grid_keys(cells) == ["autocompact__buffer_tokens"]
+    # One figure apart (a compaction more in one cell): the buffer mattered there.
+    moved = cells.with_columns(
+        pl.when((pl.col("autocompact__buffer_tokens") == 20_000) & pl.col("snip__enabled"))
+        .then(4)
+        .otherwise(pl.col("compactions"))
+        .alias("compactions")
+    )
+    assert inert_grid_keys(moved) == []
+
+
+def test_a_parameter_no_two_cells_differ_in_alone_is_not_called_inert() -> None:
+    # Each policy sweeps its own values: no pair of cells differs in the buffer alone.
+    cells = _cells(
+        [("claude-code@1.0", 10_000, False, 5.0, 2), ("claude-code@2.1.88", 20_000, False, 5.0, 2)]
+    )
+    assert inert_grid_keys(cells) == []
+
+
+def test_the_sweep_command_says_when_a_swept_parameter_changed_nothing(tmp_path: Path) -> None:
+    """claude-code@1.0 compacts at a share of the window: its buffer is read by nothing."""
+    args = [SAMPLES, "--policy", "claude-code@1.0", "--grid", f"{BUFFER}=10000,30000"]
+    result = sweep_cli(*args, "--out", tmp_path / "out", "--no-charts")
+    assert result.exit_code == 0, result.output
+    assert f"note: {BUFFER} changed nothing" in result.output
+    other = sweep_cli(
+        SAMPLES, "--policy", "claude-code@2.1.88", "--grid", f"{BUFFER}=1000,150000",
+        "--out", tmp_path / "other", "--no-charts",
+    )  # fmt: skip
+    assert other.exit_code == 0, other.output
+    assert "changed nothing" not in other.output
