@@ -353,17 +353,29 @@ def in_order(parts: list[tuple[pl.Schema, pl.DataFrame]]) -> pl.DataFrame:
         if not _strictly_ordered(key_rows, keys):
             order = key_rows.select(pl.arg_sort_by(keys, maintain_order=True)).to_series()
         groups.append((slices, order))
+    # Each slice as its columns, each popped once copied: a column's buffers are freed as
+    # soon as every slice has given it up (a `drop` per slice and column did the same at
+    # a polars call each: 6,000 on the shared Claude Code corpus, a quarter of `run`).
+    held: list[tuple[list[dict[str, pl.Series]], pl.Series | None]] = [
+        ([dict(zip(s.columns, s.get_columns(), strict=True)) for s in group], order)
+        for group, order in groups
+    ]
+    del groups
     columns = []
     for column, dtype in schema.items():
         pieces = []
-        for slices, order in groups:
-            cast = [s.get_column(column).cast(dtype) for s in slices]
+        for parts_of, order in held:
+            cast = [_as(d.pop(column), dtype) for d in parts_of]
             piece = cast[0] if len(cast) == 1 else pl.concat(cast)
             pieces.append(piece if order is None else piece.gather(order))
         columns.append(pl.concat(pieces).rechunk().alias(column))
         del pieces
-        groups = [([s.drop(column) for s in slices], order) for slices, order in groups]
     return pl.DataFrame(columns)
+
+
+def _as(series: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """`series` in `dtype` (a `compact` column back in its schema's), cast only if needed."""
+    return series if series.dtype == dtype else series.cast(dtype)
 
 
 def _joinable(parts: list[tuple[pl.Schema, pl.DataFrame]]) -> bool:
