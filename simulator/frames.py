@@ -216,6 +216,12 @@ def bill_failed(frame: pl.DataFrame) -> pl.DataFrame:
     every summary (reports/METRICS.md, Failed calls) instead of scoring cheap."""
     if "failed" in frame.columns or "overflow" not in frame.columns:
         return frame
+    overflow = frame.get_column("overflow")
+    if not overflow.any():  # nothing failed (nearly every part): only the flag is added
+        out = frame.clone()  # insert_column changes the frame it is called on
+        return out.insert_column(
+            frame.columns.index("overflow") + 1, overflow.fill_null(False).alias("failed")
+        )
     failed = pl.col("overflow").fill_null(False)
     billed = [c for c in BILLED_COLUMNS if c in frame.columns]
     zeroed = [

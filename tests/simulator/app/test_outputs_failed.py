@@ -58,6 +58,20 @@ def test_a_failed_call_bills_nothing_and_keeps_what_it_tried_to_send() -> None:
     assert bill_failed(billed).equals(billed)  # applied once however often it is called
 
 
+def test_a_part_with_no_failed_call_gets_the_flag_alone_and_is_left_as_it_was() -> None:
+    """Nearly every part: nothing failed (a null overflow is none), so only the flag is
+    added, where a failed call's part has it, and the frame given is not changed."""
+    frame = _frame([(1_000, 10, False), (2_000, 20, None)])
+    billed = bill_failed(frame)
+    assert "failed" not in frame.columns
+    assert billed.columns == [*frame.columns[:7], "failed", *frame.columns[7:]]
+    assert billed.schema["failed"] == pl.Boolean
+    assert billed["failed"].to_list() == [False, False]
+    assert billed.drop("failed").equals(frame)
+    some = bill_failed(_frame([(1_000, 10, False), (300_000, 20, True)]))
+    assert some.columns == billed.columns and some.schema == billed.schema
+
+
 @given(st.lists(st.tuples(st.integers(0, 10**7), st.integers(0, 10**5), st.booleans() | st.none())))
 def test_only_failed_rows_change(rows: list[tuple[int, int, bool | None]]) -> None:
     frame = _frame(rows)
