@@ -1370,6 +1370,8 @@ class _Unit:
             process_of=process_of,
             fork_from=fork_from,
         )
+        if session.fork is not None and not session.n_requests:
+            session.fork = None  # no call of its own: nothing was sent with that context
         if session.fork is not None and fork_from is not None:
             session.fork = self._last_use(session.fork, fork_from, int(session.requests["ts"][0]))
             self._count("forks_of_a_cached_context")

@@ -350,6 +350,14 @@ def test_calls_are_counted_once_however_the_history_is_copied(
     assert got["requests"] == n + own + goes_on
     assert got["input"] == sum(c.usage[0] for c in calls) + own
     assert got["cache_read"] == sum(c.usage[1] for c in calls) + 2 * own
+    # The file whose calls came later is the fork: it sent its first call with the copied
+    # context (Session.fork), which ends inside its blocks; a session with no call of its
+    # own has none.
+    forks = [s for s in trace.sessions if s.fork is not None]
+    assert len(forks) <= 1
+    for s in forks:
+        assert s.n_requests and 0 <= s.fork.block < len(s.blocks)
+        assert s.fork.sent_ms <= s.fork.end_ms <= int(s.requests["ts"][0])  # used before
 
 
 def test_call_usage_round_trips_and_a_bad_one_is_refused(tmp_path: Path) -> None:
