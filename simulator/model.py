@@ -197,8 +197,9 @@ class CompactionEvent:
 @dataclass(frozen=True)
 class ForkContext:
     """Where a fork's context came from: its first call was sent with its parent's context
-    (Claude Code's compaction and /btw files, a forked session file), so it shares the
-    prompt cache that context was written to (traces/claude_code.py `_Unit`).
+    and system prompt (Claude Code's compaction and /btw files; not a forked session file,
+    whose system prompt names the new session), so it shares the prompt cache that context
+    was written to (traces/claude_code.py `_Unit`).
 
     `block` is the last history block (in this session's numbering) of the input of the
     parent's last call the fork copied: that call's final cache marker wrote the prefix

@@ -1296,16 +1296,22 @@ class _Unit:
       `compaction` session holding only that call;
     * any other subagent or fork file is a session of its own calls only; one with none
       (every call copied) is dropped;
-    * a session made from a file that copied calls (a fork, a /btw or unattached compaction
-      file) sent its first call with the parent's context, whose cache it shares: a cache
-      is keyed by the prefix's content, not by the file. `Session.fork` says where that
-      context ends (the last block of the input of the last copied call, whose final marker
-      wrote it) and when the parent last used it (`_last_use`): replay seeds that entry
-      before the fork's first request. ../shared/repro/fidelity/fork: the compaction call
-      read 35,371 of its 36,271 tokens; replayed cold it wrote 25,668 of them (+199% on the
-      session, +31% on the reproduction's bill), seeded -5.4% and -0.9% (the rest is the
-      compaction prompt, which the file logs shorter than the 900 uncached tokens the
-      usage shows: the fork's anchoring put that deficit into the copied blocks).
+    * a /btw or unattached compaction file that copied calls sent its first call with the
+      parent's context, through the client's shared fork helper, in the same process and
+      with the same system prompt (#91910; a forked subagent does the same and reads
+      574,953 of 575,298 tokens, claude-code#77306), so it shares the cache, which is keyed
+      by content, not by file. `Session.fork` says where that context ends (the last block
+      of the input of the last copied call, whose final marker wrote it) and when the
+      parent last used it (`_last_use`): replay seeds that entry before the fork's first
+      request. A forked session file (`--fork-session`, `/branch`) does not: its system
+      prompt names the new session (a scratchpad path), so the whole conversation misses
+      (claude-code#77306, open on 2.1.247: reads of 0-57k where the parent's prefix is
+      hundreds of thousands; #41284 on 2.1.8x), and it starts cold as any session.
+      ../shared/repro/fidelity/fork: the compaction call read 35,371 of its 36,271 tokens;
+      replayed cold it wrote 25,668 of them (+199% on the session, +31% on the
+      reproduction's bill), seeded -5.4% and -0.9% (the rest is the compaction prompt,
+      which the file logs shorter than the 900 uncached tokens the usage shows: the fork's
+      anchoring put that deficit into the copied blocks).
     """
 
     def __init__(self, hasher: Hasher) -> None:
@@ -1446,7 +1452,6 @@ class _Unit:
                 parent=parent if kind == "main" else first,
                 copied_roots=roots,
                 process_of=process_of,
-                fork_from=copied[-1] if copied and kind == "main" else None,
             )
             if kind == "main":
                 first = at

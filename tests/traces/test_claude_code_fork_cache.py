@@ -1,6 +1,7 @@
 """A fork shares its parent's prompt cache (`Session.fork`): Claude Code's /btw and
-compaction files, and a forked session file, send their first call with the parent's
-context, whose entries the parent's last copied call wrote (../shared/repro/fidelity/fork:
+compaction files send their first call with the parent's context, whose entries the
+parent's last copied call wrote (a forked session file does not: its system prompt names
+the new session) (../shared/repro/fidelity/fork:
 the compaction call read 35,371 of its 36,271 tokens where the replay, which started the
 fork cold, wrote 25,668 of them: +199% on that session, +31% on the reproduction's bill).
 
@@ -119,27 +120,49 @@ def test_a_fork_asked_after_the_parents_entries_expired_reads_them_no_more(
     assert row["cache_read"] == cold["cache_read"] < _through(side, 2)
 
 
-def test_the_parents_next_request_keeps_the_entry_alive_for_a_forked_file(
-    tmp_path: Path,
-) -> None:
-    """A forked session file: the original's next request (3 minutes after a2) reads a2's
-    entry and so refreshes it; the fork's own call 6 minutes after a2 still finds it."""
-    original = _conversation()  # a2 sent 10:03 (when u2 was written)
+def test_the_parents_next_request_keeps_the_entry_alive(tmp_path: Path) -> None:
+    """The parent goes on while the question is asked: its next request (a3, sent at 10:05
+    when u3 was written, ended 10:06; the question copied nothing past a2) reads a2's entry
+    and so keeps it: the question's call at 10:10 still finds it, where a2 alone (ended
+    10:04: the fixture's model is a 2025 one, whose entries live from the response's end)
+    left it alive until 10:09 only."""
+    main = _conversation()
+    aside = main.copy(agent="aside_question-2")
+    main.user("u3", "third question")
+    main.call("a3", Call("msg_a3", (5, 10_505, 310, 60)))
+    aside.minutes(5)
+    aside.user("q1", "by the way, which file was it?")  # 10:10
+    aside.call("c1", Call("msg_q1", (7, 10_505, 303, 30)))
+    main.write(tmp_path / "proj" / "sess-a.jsonl")
+    aside.write(tmp_path / "proj" / "sess-a" / "subagents" / "agent-aside_question-2.jsonl")
+    trace = only_trace(tmp_path)
+    parent, side = trace.sessions
+    assert side.fork is not None
+    assert (side.fork.sent_ms, side.fork.end_ms) == (T0 + 5 * MINUTE, T0 + 6 * MINUTE)
+    assert int(parent.requests["ts"][2]) == side.fork.sent_ms  # a3's send
+    assert _first_row(trace, 1)["cache_read"] == _through(side, side.fork.block) == 10_505
+    # Without the refresh (a2's own times), the entry was gone at 10:09.
+    own = replace(side.fork, sent_ms=T0 + 3 * MINUTE, end_ms=T0 + 4 * MINUTE)
+    alone = Trace(trace.format, trace.source_digest, [parent, replace(side, fork=own)])
+    assert _first_row(alone, 1)["cache_read"] < 10_505
+
+
+def test_a_forked_session_file_starts_cold(tmp_path: Path) -> None:
+    """`--fork-session` / `/branch`: the new file's system prompt names the new session,
+    so nothing of the parent's conversation is read (claude-code#77306): no fork context,
+    the first call reads only what any new session finds warm."""
+    original = _conversation()
     fork = original.copy(session="sess-f")
-    original.user("u3", "third question")  # 10:05: the original's a3 is sent then
+    original.user("u3", "third question")
     original.call("a3", Call("msg_a3", (5, 10_505, 310, 60)))
-    fork.minutes(5)
-    fork.user("f3", "try it the other way")  # 10:09, 6 minutes after a2's send
-    fork.call("fa3", Call("msg_f3", (6, 10_505, 320, 70)))
+    fork.user("f3", "try it the other way")
+    fork.call("fa3", Call("msg_f3", (6, 5_000, 5_900, 70)))
     original.write(tmp_path / "proj" / "sess-a.jsonl")
     fork.write(tmp_path / "proj" / "sess-f.jsonl")
     trace = only_trace(tmp_path)
-    (forked,) = [s for s in trace.sessions if s.fork is not None]
-    assert forked.id == "sess-f"
-    assert forked.fork is not None
-    assert (forked.fork.sent_ms, forked.fork.end_ms) == (T0 + 5 * MINUTE, T0 + 6 * MINUTE)
-    index = trace.sessions.index(forked)
-    assert _first_row(trace, index)["cache_read"] == _through(forked, forked.fork.block)
+    assert trace.stats["sessions_forked"] == 1
+    assert all(s.fork is None for s in trace.sessions)
+    assert "forks_of_a_cached_context" not in trace.stats
 
 
 def test_the_fork_round_trips_and_a_bad_one_is_refused(tmp_path: Path) -> None:
