@@ -37,6 +37,7 @@ calibration (policies/calibration/summary.py) with the session's seeded rng, unl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -52,8 +53,8 @@ from policies.base import (
     MatchedVersion,
 )
 from policies.calibration.summary import SUMMARY_CAP
-from simulator.model import Flag, Kind, Role, Session, version_tuple
-from simulator.params import Declarations, Param, choice, flag, fraction, tokens
+from simulator.model import CompactionEvent, Flag, Kind, Role, Session, version_tuple
+from simulator.params import Declarations, Param, choice, count, flag, fraction, tokens
 from simulator.policy import (
     Call,
     Emitter,
@@ -99,6 +100,9 @@ class CodexSession(ConversationSession):
         self.call_priced = str(params["compaction_call"]) == "billed"
         #: Request -> summary tokens of the user's /compact, replayed where it happened.
         self.manual = manual_compactions(ctx.session) if params["replay_manual"] else {}
+        #: Request -> summary of the recording's automatic compactions replayed as recorded
+        #: (`replay_recorded_before`): a check of the trigger one compaction at a time.
+        self.recorded = recorded_compactions(ctx.session, params["replay_recorded_before"])
         self.user_budget = int(params["user_message_budget_tokens"])
         self.truncate_crossing = bool(params["truncate_crossing_message"])
         self.prompt_tokens = int(params["compact_prompt_tokens"])
@@ -235,6 +239,9 @@ class CodexSession(ConversationSession):
         if k in self.manual:
             self.replay_manual(k, out)
             return
+        if k in self.recorded:
+            self.replay_recorded(k, out)
+            return
         self.limit = self.limit_at(k)
         count = self.codex_count(k) if self.codex_count_on else self.estimate(k) + self.dropped
         if count < self.limit:
@@ -275,18 +282,32 @@ class CodexSession(ConversationSession):
     def replay_manual(self, k: int, out: Emitter) -> None:
         """The user's /compact at the request where the recording made it, with the
         recording's summary; what was logged after it (the next turn) stays after it."""
-        conv = self.conv
-        summary, summary_block = self.manual[k]
-        after = [key for key in conv.items if key > summary_block >= 0]
-        conv.remove_blocks(set(after))
-        self.compact(k, out, stage="manual", summary=max(summary - self.prefix_tokens, 0))
-        conv.append(after)
+        after = self._replay(k, out, "manual", *self.manual[k])
         # The next turn sends the initial context again (agentv 0.142.5 logs the developer
         # message and AGENTS.md right after its /compact): those copies are now the
         # initial context a later compaction keeps.
         self.initial, self.initial_msg, self.seen_human = [], None, False
         self.on_enter(after)
         self.attempted = False
+
+    def replay_recorded(self, k: int, out: Emitter) -> None:
+        """The recording's automatic compaction at the request where it happened, with its
+        summary, the rest as Codex's compaction keeps it (the initial context, the recent
+        user messages). The state after it is Codex's after a compaction of its own."""
+        self._replay(k, out, "as-recorded", *self.recorded[k])
+        self.attempted = True
+
+    def _replay(
+        self, k: int, out: Emitter, stage: str, summary: int, summary_block: int
+    ) -> list[int]:
+        """A recorded compaction with its summary; what was logged after the summary block
+        stays after it (returned)."""
+        conv = self.conv
+        after = [key for key in conv.items if key > summary_block >= 0]
+        conv.remove_blocks(set(after))
+        self.compact(k, out, stage=stage, summary=max(summary - self.prefix_tokens, 0))
+        conv.append(after)
+        return after
 
     def request_items(self) -> list[int]:
         """The history the compaction request sends: all of it, or, if that would not fit
@@ -356,7 +377,22 @@ class CodexSession(ConversationSession):
 
 
 def manual_compactions(session: Session) -> dict[int, tuple[int, int]]:
-    """Request -> (summary tokens, summary block) of each recorded manual compaction.
+    """Request -> (summary tokens, summary block) of each recorded manual compaction."""
+    return _summaries(session, lambda e: e.trigger == "manual")
+
+
+def recorded_compactions(session: Session, before: int | None) -> dict[int, tuple[int, int]]:
+    """Request -> (summary tokens, summary block) of each recorded automatic compaction
+    before request `before` (none for None)."""
+    if before is None:
+        return {}
+    return _summaries(session, lambda e: e.trigger != "manual" and e.request < before)
+
+
+def _summaries(
+    session: Session, chosen: Callable[[CompactionEvent], bool]
+) -> dict[int, tuple[int, int]]:
+    """Request -> (summary tokens, summary block) of the `chosen` recorded compactions.
 
     Codex logs no summary text (0.118+: an opaque ``compaction`` item or nothing), so the
     builder books what the recorded context after holds beyond the logged replacement
@@ -366,7 +402,7 @@ def manual_compactions(session: Session) -> dict[int, tuple[int, int]]:
     b = session.blocks
     out: dict[int, tuple[int, int]] = {}
     for e in session.events:
-        if e.trigger != "manual":
+        if not chosen(e):
             continue
         injected = (
             (b["first_request"] == e.request)
@@ -635,6 +671,14 @@ PARAMS: dict[str, Param] = {
         "replay the recording's manual /compact where it happened, with its summary",
         "a user's command is a recorded action, not a policy decision",
     ),
+    "replay_recorded_before": count(
+        "replay the recording's automatic compactions before this request, where they"
+        " happened and with their summaries; null: none",
+        "ours: a check of the trigger one compaction at a time"
+        " (simulator/app/measure/codex_compactions.py)",
+        optional=True,
+        unit="request index",
+    ),
     "compact_prompt_tokens": tokens(
         "the compaction prompt", "ours: an estimate of templates/compact/prompt.md"
     ),
@@ -672,6 +716,7 @@ class Codex(Policy):
         "keep_turn_answers": False,
         "compaction_call": "billed",
         "replay_manual": True,
+        "replay_recorded_before": None,
         "initial_before_last_user": False,
         "kept_as_text": False,
         "count_dropped_reasoning": False,

@@ -14,6 +14,13 @@ simulated one is the request whose main call the preset sent compacted. Manual (
 compactions are listed, not paired: no automatic rule makes them. Below the table: the
 sessions (with or without a recorded compaction) where the preset compacts a different
 number of times than the recording (`unmatched`).
+
+That replay is free-running: each compaction the preset makes moves the next one (its
+summary's size is a draw). ``--one-at-a-time`` checks each recorded automatic compaction
+on its own, as the Claude Code trigger tables do: the session is replayed with the
+recording's earlier automatic compactions made where they happened, with their summaries
+(the preset's ``replay_recorded_before``), and the preset's first compaction after the
+previous recorded one is paired with it (`single_rows`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 import polars as pl
 
 from simulator import policy as registry
-from simulator.model import Trace
+from simulator.model import CompactionEvent, Session, Trace
 from simulator.replay import ReplayOptions, replay
 from traces.load import load
 
@@ -86,29 +93,53 @@ def rows(src: Path, overrides: dict[str, Any] | None = None, seed: int = 0) -> l
         for session in trace.sessions:
             if not session.events:
                 continue
-            version = session.client.removeprefix("codex").strip()
             sim = _simulated(name, trace, session.id, overrides or {}, seed)
-            context = session.recorded_context()
             seen = {"auto": 0, "manual": 0}
             for e in session.events:
-                recorded_after = int(context[e.request]) if e.request < len(context) else -1
                 kind = "manual" if e.trigger == "manual" else "auto"
                 i = seen[kind]
                 seen[kind] += 1
                 paired = sim[kind][i] if i < len(sim[kind]) else None
-                out.append(
-                    Row(
-                        folder,
-                        version,
-                        e.trigger,
-                        e.request,
-                        recorded_after,
-                        paired[0] if paired else -1,
-                        paired[1] if paired else -1,
-                        session.n_requests,
-                    )
-                )
+                out.append(_row(folder, session, e, paired))
     return out
+
+
+def single_rows(src: Path, overrides: dict[str, Any] | None = None, seed: int = 0) -> list[Row]:
+    """Every recorded automatic compaction under `src`, one at a time: the matching preset's
+    replay of its session from the recorded state before it (the recording's earlier
+    automatic compactions replayed as recorded), paired with the preset's first compaction
+    after the previous recorded one (the session's start for the first)."""
+    out: list[Row] = []
+    for folder, name, trace in _loaded(src):
+        for session in trace.sessions:
+            earlier = -1
+            for e in session.events:
+                if e.trigger == "manual":
+                    continue
+                params = {**(overrides or {}), "replay_recorded_before": e.request}
+                sim = _simulated(name, trace, session.id, params, seed)["auto"]
+                paired = next(((k, after) for k, after in sim if k > earlier), None)
+                out.append(_row(folder, session, e, paired))
+                earlier = e.request
+    return out
+
+
+def _row(
+    folder: str, session: Session, event: CompactionEvent, paired: tuple[int, int] | None
+) -> Row:
+    """A recorded compaction and the preset's (request, context after) paired with it."""
+    context = session.recorded_context()
+    recorded_after = int(context[event.request]) if event.request < len(context) else -1
+    return Row(
+        folder,
+        session.client.removeprefix("codex").strip(),
+        event.trigger,
+        event.request,
+        recorded_after,
+        paired[0] if paired else -1,
+        paired[1] if paired else -1,
+        session.n_requests,
+    )
 
 
 def unmatched(src: Path) -> list[tuple[str, str, int, int]]:
@@ -158,14 +189,16 @@ def choose(scores: dict[float, tuple[int, int]]) -> float:
 
 
 def fit(
-    src: Path, name: str, grid: list[float], seed: int = 0
+    src: Path, name: str, grid: list[float], seed: int = 0, *, single: bool = False
 ) -> dict[str, tuple[float, int, int, int]]:
     """Leave-one-source-out fit of the preset parameter `name` (0.118+:
     ``reasoning_estimate_factor``) under the run seed `seed`: for each held-out folder, the
     grid value `choose` takes on the automatic compactions of the other folders, and what it
     gives on the held-out folder: folder -> (value, within one request there, context after
-    within 15% there, automatic compactions there). Key "all": the fit on every folder."""
-    found = {f: [r for r in rows(src, {name: f}, seed) if r.trigger != "manual"] for f in grid}
+    within 15% there, automatic compactions there). Key "all": the fit on every folder.
+    With `single`, on the one-at-a-time rows (`single_rows`)."""
+    measure = single_rows if single else rows
+    found = {f: [r for r in measure(src, {name: f}, seed) if r.trigger != "manual"] for f in grid}
     folders = sorted({r.folder for r in found[grid[0]]})
     out: dict[str, tuple[float, int, int, int]] = {}
     for held in [*folders, "all"]:
@@ -214,17 +247,22 @@ def main(argv: list[str]) -> int:
     """The table, or with ``--fit`` the leave-one-source-out fit; ``--seeds N`` repeats the
     fit under run seeds 0..N-1. The preset draws each summary's size from the session's
     seeded rng, and that size moves the next compaction, so one seed's count is one draw:
-    the mean over seeds is the figure to quote."""
+    the mean over seeds is the figure to quote. ``--one-at-a-time``: both on the rows of
+    `single_rows`."""
     if len(argv) < 1 or not Path(argv[0]).is_dir():
-        print("usage: codex_compactions TRACES [--fit [--seeds N]]", file=sys.stderr)
+        print(
+            "usage: codex_compactions TRACES [--one-at-a-time] [--fit [--seeds N]]",
+            file=sys.stderr,
+        )
         return 2
     src = Path(argv[0])
+    single = "--one-at-a-time" in argv
     if "--fit" in argv:
         seeds = int(argv[argv.index("--seeds") + 1]) if "--seeds" in argv else 1
         grid = [round(1.0 + 0.05 * i, 2) for i in range(13)]
         totals = []
         for seed in range(seeds):
-            found = fit(src, "reasoning_estimate_factor", grid, seed)
+            found = fit(src, "reasoning_estimate_factor", grid, seed, single=single)
             for held, (value, hit, after, n) in found.items():
                 print(
                     f"seed {seed} {held}: reasoning_estimate_factor {value}: within one request"
@@ -242,7 +280,9 @@ def main(argv: list[str]) -> int:
                 f" ({hits / n:.1%}), after within 15% {afters:.1f} of {n} ({afters / n:.1%})"
             )
         return 0
-    print(table(rows(src)))
+    print(table(single_rows(src) if single else rows(src)))
+    if single:
+        return 0
     others = unmatched(src)
     print(f"sessions where the preset compacts a different number of times: {len(others)}")
     for folder, version, recorded, made in others:

@@ -20,6 +20,7 @@ from simulator.app.measure.codex_compactions import (
     held_out,
     main,
     rows,
+    single_rows,
     unmatched,
 )
 from simulator.model import Trace
@@ -80,6 +81,46 @@ def test_presets_on_the_recorded_compactions() -> None:
         18,
         18,
     )
+
+
+#: The automatic rows of TABLE one at a time (`single_rows`: the recording's earlier
+#: automatic compactions replayed where they happened, with their summaries). hk's second
+#: comes two requests late from the recorded state too: the lateness is its trigger's
+#: (Codex's count at 1.2), not inherited from the first compaction's one-late summary.
+SINGLE = [
+    ("agentv", "0.140.0", 56, 56, 26413, 27529),
+    ("agentv", "0.140.0", 98, 98, 26169, 26451),
+    ("agentv", "0.140.0", 171, 171, 26239, 26474),
+    ("agentv", "0.140.0", 257, 257, 27270, 26578),
+    ("agentv", "0.141.0", 67, 67, 21416, 20832),
+    ("agentv", "0.142.0", 118, 118, 19867, 20886),
+    ("agentv", "0.142.2", 54, 54, 16560, 18784),
+    ("agentv", "0.142.2", 115, 116, 16879, 18851),
+    ("agentv", "0.142.3", 110, 110, 29962, 31301),
+    ("agentv", "0.142.4", 32, 32, 22924, 22592),
+    ("agentv", "0.142.4", 191, 191, 21870, 22698),
+    ("agentv", "0.142.5", 116, 116, 22493, 21945),
+    ("fnox", "0.142.5", 84, 84, 17733, 23444),
+    ("git-sync", "0.118.0", 106, 107, 17798, 18520),
+    ("git-sync", "0.118.0", 351, 351, 24919, 25000),
+    ("git-sync", "0.118.0", 173, 172, 28663, 29450),
+    ("git-sync", "0.118.0", 163, 163, 22699, 23438),
+    ("hk", "0.144.2", 133, 134, 19748, 19997),
+    ("hk", "0.144.2", 336, 338, 18334, 20075),
+]
+
+
+@pytest.mark.shared
+def test_presets_one_compaction_at_a_time() -> None:
+    if not SHARED.is_dir():
+        pytest.skip("../shared/traces is absent")
+    found = single_rows(SHARED / "codex")
+    measured = [
+        (r.folder, r.version, r.recorded_request, r.sim_request, r.recorded_after, r.sim_after)
+        for r in found
+    ]
+    assert sorted(measured) == sorted(SINGLE)
+    assert (sum(r.within_one for r in found), sum(r.after_within_15 for r in found)) == (18, 18)
 
 
 @pytest.mark.shared

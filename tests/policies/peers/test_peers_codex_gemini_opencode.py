@@ -329,6 +329,64 @@ def test_codex_replays_the_recorded_manual_compaction(
         assert call == (31_320, 120, 31_200, 0, 2_420)
 
 
+def _recorded(trigger: str, rounds_after: int = 0) -> Any:
+    """Request 0: the human's 1,000-token first message; 1: a 10,100-token round; 2: the
+    human's 2,000-token second message; the recording compacts (`trigger`) at request 3
+    (a 2,000-token unlogged-summary artifact and a 500-token summary block: summary 2,500),
+    then a 5,100-token round; then `rounds_after` rounds of 10,100."""
+    s = uniform(1)
+    s.user(2_000)
+    s.request()
+    s._add(Kind.INJECTED, Role.USER, 2_000, flags=Flag.ARTIFACT)
+    summary = s._add(Kind.SUMMARY, Role.USER, 500, flags=Flag.ARTIFACT)
+    s.tool(5_000)
+    s.request()
+    s.b.add_event(CompactionEvent(3, trigger, -1, summary, s.ts))
+    s.rounds(rounds_after, 10_000)
+    return s.trace()
+
+
+@pytest.mark.parametrize(
+    ("params", "after", "made"),
+    [
+        # the prefix 10,000 + the initial context (the first message, 1,000) + the recent
+        # user messages (the second, 2,000) + the recorded summary 2,500 + the round
+        # logged after it 5,100
+        ({"replay_recorded_before": 4}, 20_600, [(3, "as-recorded")]),
+        # only the compactions before the request named are replayed
+        ({"replay_recorded_before": 3}, 28_200, []),
+        ({}, 28_200, []),  # 10,000 + 1,000 + 10,100 + 2,000 + 5,100: no limit reached
+        # the preset's own trigger (28,200 over 25,000 at request 3) gives way to the
+        # recording's compaction there
+        (
+            {"replay_recorded_before": 4, "model_auto_compact_token_limit": 25_000},
+            20_600,
+            [(3, "as-recorded")],
+        ),
+    ],
+)
+def test_codex_replays_the_recorded_automatic_compactions_before_a_request(
+    params: dict[str, Any], after: int, made: list[tuple[int, str]]
+) -> None:
+    frame = replay([("t", _recorded("auto"))], Codex(summary_tokens=SUMMARY, **params))
+    assert compactions(frame) == made
+    assert contexts(frame)[3] == after
+
+
+def test_codex_from_a_replayed_compaction_its_own_trigger_runs_on() -> None:
+    """After the recorded compaction at 3 (20,600), rounds of 10,100 reach the 45,000 limit
+    at request 6 (50,900); free-running, with no compaction at 3 (28,200), at request 5
+    (48,400)."""
+    trace = _recorded("auto", rounds_after=3)
+    params = {"summary_tokens": SUMMARY, "model_auto_compact_token_limit": 45_000}
+    one = replay([("t", trace)], Codex(replay_recorded_before=7, **params))
+    assert compactions(one) == [(3, "as-recorded"), (6, "compact")]
+    assert contexts(one)[3:6] == [20_600, 30_700, 40_800]
+    free = replay([("t", trace)], Codex(**params))
+    assert compactions(free) == [(5, "compact")]
+    assert contexts(free)[3:5] == [28_200, 38_300]
+
+
 def test_codex_unrecorded_compaction_call_is_a_row_priced_zero() -> None:
     """0.118+: the recording shows no usage for the compaction call."""
     frame = replay([("t", _manual())], Codex(compaction_call="unrecorded"))
