@@ -7,7 +7,10 @@ recorded. Replaying under this policy is how the cost model is checked against r
 (`ctxsim fidelity`). Where the recording shows that the client wrote the cache with a
 request it does not log (a prompt suggestion after an end of turn, `post_turn_writes`),
 that entry is kept too; the unlogged request itself is not priced (it is not in the
-recording).
+recording). A compaction call the recording logged (Claude Code's `agent-acompact-*.jsonl`,
+`CompactionEvent.call_usage`) is priced as a call of its own before the first request
+after that compaction (`_compaction_call`), with the logged output; the recording's bill
+counts it too (simulator/frames.py `recorded_priced`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from simulator.model import NEVER, Flag
 from simulator.params import Declarations
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.prefix import PrefixState, infer
-from simulator.view import ANTHROPIC_LOOKBACK, MAX_BREAKPOINTS, Breakpoint, View
+from simulator.view import ANTHROPIC_LOOKBACK, MAX_BREAKPOINTS, Breakpoint, View, chain
+
+#: Salt of the hash of what a recorded compaction call added to its parent's context.
+COMPACTION_TAIL_SALT = 0xAC0C
 
 
 class _State(SessionPolicy):
@@ -53,6 +59,12 @@ class _State(SessionPolicy):
         self.last_mark = -1
         #: Request -> the response block an unlogged post-turn request wrote through.
         self.post_turn = post_turn_writes(ctx.session)
+        #: Request -> the logged usage of the compaction call just before it.
+        self.compaction_calls = {
+            e.request: e.call_usage
+            for e in ctx.session.events
+            if e.call_usage is not None and 0 < e.request < ctx.session.n_requests
+        }
 
     def _sync(self, k: int) -> None:
         if self.prefix.reset(k):  # the client changed its unlogged context: re-chain
@@ -142,7 +154,32 @@ class _State(SessionPolicy):
         q = previous_message_end(ids, self.n_prefix, self.roles, self.kinds)
         return q if q < mark else -1
 
+    def _compaction_call(self, k: int, out: Emitter, usage: tuple[int, int, int, int, int]) -> None:
+        """The recording's compaction call before request k: the context request k - 1 sent
+        (still the view: k is not synced yet), then what the call added to it (its logged
+        input beyond that: the last response and the compaction prompt), with k - 1's TTL.
+        Claude Code sends it through its fork helper with `skipCacheWrite` (compact.ts:
+        the marker on the message before the prompt, which writes no entry of the fork's
+        own), so the message marker goes on the parent's last item, as policies/base.py
+        marks a fork, and what the call added is sent uncached."""
+        parent = self.view
+        if not parent.ids:
+            return
+        view = parent.copy()
+        added = sum(usage[:4]) - view.total
+        if added > 0:
+            item = chain(self.ctx.root, (COMPACTION_TAIL_SALT << 16) ^ k)
+            view.extend_items([-1], [item], [added])
+        ttl = self.ctx.recorded_ttl[k - 1]
+        last = len(parent.ids) - 1
+        prefix = [Breakpoint(p, ttl) for p in self.marks if p < last]
+        marks = [*prefix[-(MAX_BREAKPOINTS - 1) :], Breakpoint(last, ttl)]
+        out.call(view, Call("compaction", "recorded", marks, usage[4]))
+
     def step(self, k: int, out: Emitter) -> None:
+        usage = self.compaction_calls.get(k)
+        if usage is not None:
+            self._compaction_call(k, out, usage)
         self._sync(k)
         ttl = self.ctx.recorded_ttl[k]
         view: View = self.view

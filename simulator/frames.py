@@ -30,7 +30,7 @@ import orjson
 import polars as pl
 
 from simulator.loss import LOSS_SCHEMA
-from simulator.model import Trace
+from simulator.model import Session, Trace
 from simulator.policy import PolicySpec
 from simulator.pricing import PriceBook
 from simulator.replay import COST_COLUMNS, default_prices
@@ -673,7 +673,9 @@ def recorded_priced(
 ) -> pl.DataFrame | None:
     """The dollars of every recorded request that logged usage (trace, session_index,
     cost_total), priced with the run's price book (None when none did): what the run
-    summary and the session rows read the policies against.
+    summary and the session rows read the policies against. The recording's compaction
+    calls are in it where it logged them (`CompactionEvent.call_usage`): the recording paid
+    for them, as a policy pays for its own.
 
     Priced one session at a time and only the dollars kept: pricing is per row
     (simulator/pricing.py `price_columns`), so the values are those of pricing all rows
@@ -685,7 +687,7 @@ def recorded_priced(
     book = prices or default_prices()
     keys: list[pl.DataFrame] = []
     costs: list[pl.Series] = []
-    for part in _recorded_parts(traces):
+    for part in _recorded_parts(traces, calls=True):
         keys.append(part.select("trace", "session_index"))
         costs.append(add_costs(part, book).get_column("cost_total"))
     if not keys:
@@ -813,16 +815,22 @@ def recorded(traces: Sequence[tuple[str, Trace]]) -> pl.DataFrame:
     return pl.concat(parts, how="vertical")
 
 
-def _recorded_parts(traces: Sequence[tuple[str, Trace]]) -> Iterator[pl.DataFrame]:
-    """`recorded`'s rows, one frame per session that logged usage."""
+def _recorded_parts(
+    traces: Sequence[tuple[str, Trace]], *, calls: bool = False
+) -> Iterator[pl.DataFrame]:
+    """`recorded`'s rows, one frame per session that logged usage; with `calls`, each
+    followed by the rows of the session's logged compaction calls (`_compaction_calls`)."""
     for name, trace in traces:
         for i, session in enumerate(trace.sessions):
             r = session.requests
             used = np.flatnonzero(r["has_usage"])
+            logged = _compaction_calls(name, i, session) if calls else None
             if not len(used):
+                if logged is not None:
+                    yield logged
                 continue
             models = np.asarray(session.models, dtype=object)[r["model"][used]]
-            yield pl.DataFrame(
+            part = pl.DataFrame(
                 {
                     "trace": [name] * len(used),
                     "session_index": np.full(len(used), i, dtype=np.int32),
@@ -836,3 +844,26 @@ def _recorded_parts(traces: Sequence[tuple[str, Trace]]) -> Iterator[pl.DataFram
                 },
                 schema=_RECORDED_SCHEMA,
             )
+            yield part if logged is None else pl.concat([part, logged])
+
+
+def _compaction_calls(name: str, index: int, session: Session) -> pl.DataFrame | None:
+    """The session's logged compaction calls as recorded rows (None without any): at the
+    request of their compaction, on the model of the request before it (the call goes
+    out on the parent's model)."""
+    events = [e for e in session.events if e.call_usage is not None]
+    if not events:
+        return None
+    n = session.n_requests
+    model_of = session.requests["model"]
+    rows: dict[str, list[Any]] = {c: [] for c in _RECORDED_SCHEMA}
+    for e in events:
+        assert e.call_usage is not None
+        rows["trace"].append(name)
+        rows["session_index"].append(index)
+        rows["request"].append(e.request)
+        at = min(max(e.request - 1, 0), n - 1) if n else -1
+        rows["model"].append(session.models[int(model_of[at])] if at >= 0 else "")
+        for column, value in zip(TOKEN_COLUMNS, e.call_usage, strict=True):
+            rows[column].append(value)
+    return pl.DataFrame(rows, schema=_RECORDED_SCHEMA)

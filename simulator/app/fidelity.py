@@ -38,7 +38,8 @@ def compare(
     """Per recorded request with usage: simulated vs recorded tokens and dollars.
 
     `frame` is the replay of `traces` under one policy (normally `as-recorded`); only its
-    rows of kind "request" are compared (a policy's own compaction calls were not recorded).
+    rows of kind "request" are compared (a policy's own compaction calls were not recorded;
+    the recording's logged ones, which `as-recorded` replays, are not requests either).
     """
     specs = frame.select("policy", "params_hash").unique()
     if specs.height > 1:

@@ -1,0 +1,97 @@
+"""A compaction call the recording logged (Claude Code's `agent-acompact-*.jsonl`, attached to
+its parent's compaction as `CompactionEvent.call_usage`) is in the recording's bill and is
+replayed by `as-recorded` as a call of its own (issue 12: that file's usage is the ground
+truth for the price of the compaction call). Hand-written transcripts of
+tests/traces/test_claude_code_forks.py: requests 0-1, the compaction call (900 uncached,
+10,600 read, 2,000 out), the compacted request 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from simulator import policy
+from simulator.frames import recorded_cost
+from simulator.model import Trace
+from simulator.pricing import PriceBook
+from simulator.replay import replay
+from tests.traces.test_claude_code_forks import A3, MODEL, Call, conversation, only_trace
+
+
+def _trace(root: Path, *, logged: bool) -> Trace:
+    main = conversation()
+    fork = main.copy(agent="acompact-1")
+    fork.user("p1", "summarise the conversation")
+    fork.call("c1", Call("msg_c1", (900, 10_600, 0, 2_000)), "the summary")
+    main.compaction("b1", pre=10_654)
+    main.user("u3", "third question")
+    main.call("a3", A3)
+    main.write(root / "proj" / "sess-a.jsonl")
+    if logged:
+        fork.write(root / "proj" / "sess-a" / "subagents" / "agent-acompact-1.jsonl")
+    return only_trace(root)
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> tuple[Trace, Trace]:
+    return _trace(tmp_path / "logged", logged=True), _trace(tmp_path / "not", logged=False)
+
+
+def test_as_recorded_sends_the_logged_compaction_call(traces: tuple[Trace, Trace]) -> None:
+    """Before request 2: request 1's context (4 + 10,000 + 600 = 10,604), then the 896 the
+    call added (11,500 logged in all); marked on the parent's last item (skipCacheWrite),
+    so it writes nothing, reads the entry request 1 wrote and sends the rest uncached.
+    Request 1's 4 uncached tokens are no item of their own (`_message_mark` puts its
+    marker on its last item), so that entry holds all 10,604: the call reads 4 more than
+    the log's 10,600 and sends 896 uncached against 900."""
+    logged, _ = traces
+    frame = replay([("t", logged)], policy.build("as-recorded"))
+    calls = frame.filter(pl.col("kind") == "compaction")
+    assert calls.select("request", "stage").rows() == [(2, "recorded")]
+    row = calls.row(0, named=True)
+    got = (row["context_tokens"], row["uncached_input"], row["cache_read"], row["output"])
+    assert got == (11_500, 896, 10_604, 2_000)
+    assert row["cache_write_5m"] + row["cache_write_1h"] == 0
+    requests = frame.filter(pl.col("kind") == "request")
+    assert requests["request"].to_list() == [0, 1, 2]
+
+
+def test_without_the_logged_call_nothing_is_sent(traces: tuple[Trace, Trace]) -> None:
+    _, unlogged = traces
+    frame = replay([("t", unlogged)], policy.build("as-recorded"))
+    assert frame.filter(pl.col("kind") == "compaction").is_empty()
+
+
+def test_the_recordings_bill_counts_the_logged_compaction_call(
+    traces: tuple[Trace, Trace],
+) -> None:
+    """The call at the session's model (Opus 4.5: $5 / M input, $0.50 / M cache read,
+    $25 / M output): 900 x 5 + 10,600 x 0.5 + 2,000 x 25 = 59,800 micro-dollars more."""
+    logged, unlogged = traces
+    book = PriceBook()
+    with_call = recorded_cost([("t", logged)], book)
+    without = recorded_cost([("t", unlogged)], book)
+    assert with_call is not None and without is not None
+    assert logged.sessions[0].models == [MODEL]
+    assert with_call - without == pytest.approx(0.0598, abs=1e-9)
+
+
+def test_as_recorded_and_the_bill_agree_on_the_call(traces: tuple[Trace, Trace]) -> None:
+    """Replayed, the call costs 896 x 5 + 10,604 x 0.5 + 2,000 x 25 = 59,782 micro-dollars,
+    18 short of the bill's 59,800 (the 4 tokens read that the log sent uncached); the
+    requests cost the same with it or without."""
+    logged, unlogged = traces
+    book = PriceBook()
+    with_call = replay([("t", logged)], policy.build("as-recorded"))
+    without = replay([("t", unlogged)], policy.build("as-recorded"))
+    call = with_call.filter(pl.col("kind") == "compaction")["cost_total"].sum()
+    assert call == pytest.approx(0.059782, abs=1e-9)
+    bill = recorded_cost([("t", logged)], book)
+    unbilled = recorded_cost([("t", unlogged)], book)
+    assert bill is not None and unbilled is not None
+    assert bill - unbilled - call == pytest.approx(0.000018, abs=1e-9)
+    assert without["cost_total"].sum() == pytest.approx(
+        with_call.filter(pl.col("kind") == "request")["cost_total"].sum(), abs=1e-9
+    )
