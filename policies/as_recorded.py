@@ -22,7 +22,7 @@ import numpy as np
 
 from policies.base import KEPT_WARM_MS, PREFIX_RESETS, WARM_START, previous_message_end
 from policies.prompt_suggestion import post_turn_writes
-from simulator.model import NEVER, Flag
+from simulator.model import NEVER, RECORDED_CALL_STAGE, Flag
 from simulator.params import Declarations
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.prefix import PrefixState, infer
@@ -174,7 +174,7 @@ class _State(SessionPolicy):
         last = len(parent.ids) - 1
         prefix = [Breakpoint(p, ttl) for p in self.marks if p < last]
         marks = [*prefix[-(MAX_BREAKPOINTS - 1) :], Breakpoint(last, ttl)]
-        out.call(view, Call("compaction", "recorded", marks, usage[4]))
+        out.call(view, Call("compaction", RECORDED_CALL_STAGE, marks, usage[4]))
 
     def step(self, k: int, out: Emitter) -> None:
         usage = self.compaction_calls.get(k)

@@ -807,6 +807,20 @@ _RECORDED_SCHEMA: dict[str, Any] = {
 }
 
 
+def recorded_calls(traces: Sequence[tuple[str, Trace]]) -> pl.DataFrame:
+    """The recording's logged compaction calls, in `recorded`'s vocabulary (`request`: the
+    first request after the compaction, before which the call went out)."""
+    parts = [
+        part
+        for name, trace in traces
+        for i, session in enumerate(trace.sessions)
+        if (part := _compaction_calls(name, i, session)) is not None
+    ]
+    if not parts:
+        return pl.DataFrame(schema=_RECORDED_SCHEMA)
+    return pl.concat(parts, how="vertical")
+
+
 def recorded(traces: Sequence[tuple[str, Trace]]) -> pl.DataFrame:
     """The recorded usage of every request that has some, in replay-row vocabulary."""
     parts = list(_recorded_parts(traces))

@@ -194,6 +194,12 @@ class CompactionEvent:
     call_usage: tuple[int, int, int, int, int] | None = None
 
 
+#: The stage of the rows in which a policy replays a compaction call the recording logged
+#: (`CompactionEvent.call_usage`): policies/as_recorded.py sends them,
+#: simulator/app/fidelity.py compares them with the logged usage.
+RECORDED_CALL_STAGE = "recorded"
+
+
 @dataclass(frozen=True)
 class ForkContext:
     """Where a fork's context came from: its first call was sent with its parent's context

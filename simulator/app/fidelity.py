@@ -7,8 +7,10 @@ prefix inference, never of a policy (DESIGN.md section 7). Both sides are priced
 same PriceBook, so dollar errors are cache-model errors too; output tokens are the same
 number on both sides (the trace's `output` column) and cancel out.
 
-`compare` gives one row per recorded request that has usage; `summarize` rolls it up per
-session and for the whole corpus. Column definitions: reports/METRICS.md.
+`compare` gives one row per recorded request that has usage and per compaction call the
+recording logged (Claude Code's `agent-acompact-*` files, which `as-recorded` replays);
+`summarize` rolls them up per session and for the whole corpus. Column definitions:
+reports/METRICS.md.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from simulator.frames import float_sum, recorded
-from simulator.model import Trace
+from simulator.frames import float_sum, recorded, recorded_calls
+from simulator.model import RECORDED_CALL_STAGE, Trace
 from simulator.pricing import PriceBook
 from simulator.replay import add_costs
 
@@ -29,30 +31,39 @@ from simulator.replay import add_costs
 MATCH_TOLERANCE = 0.01
 #: Input-side components compared, as named in the replay rows (and, prefixed, here).
 COMPONENTS = ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h")
-KEYS = ("trace", "session_index", "request")
+KEYS = ("trace", "session_index", "request", "kind")
 
 
 def compare(
     frame: pl.DataFrame, traces: Sequence[tuple[str, Trace]], prices: PriceBook | None = None
 ) -> pl.DataFrame:
-    """Per recorded request with usage: simulated vs recorded tokens and dollars.
+    """Per recorded request with usage, and per compaction call the recording logged:
+    simulated vs recorded tokens and dollars.
 
-    `frame` is the replay of `traces` under one policy (normally `as-recorded`); only its
-    rows of kind "request" are compared (a policy's own compaction calls were not recorded;
-    the recording's logged ones, which `as-recorded` replays, are not requests either).
+    `frame` is the replay of `traces` under one policy (normally `as-recorded`); its rows
+    of kind "request" are compared, and its compaction calls of stage RECORDED_CALL_STAGE
+    (the recording's own, replayed) with the logged ones: a policy's own compaction
+    calls were not recorded. A compaction call sorts before the request it precedes.
     """
     specs = frame.select("policy", "params_hash").unique()
     if specs.height > 1:
         raise ValueError("compare: the frame holds rows of more than one policy spec")
     book = prices or PriceBook()
-    rec = add_costs(recorded(traces), book).select(
+    logged = pl.concat(
+        [
+            recorded(traces).with_columns(pl.lit("request").alias("kind")),
+            recorded_calls(traces).with_columns(pl.lit("compaction").alias("kind")),
+        ]
+    )
+    rec = add_costs(logged, book).select(
         *KEYS,
         pl.col("model").alias("rec_model"),
         *(pl.col(c).alias(f"rec_{c}") for c in COMPONENTS),
         pl.col("output").alias("rec_output"),
         pl.col("cost_total").alias("rec_cost"),
     )
-    sim = frame.filter(pl.col("kind") == "request").select(
+    replayed = (pl.col("kind") == "compaction") & (pl.col("stage") == RECORDED_CALL_STAGE)
+    sim = frame.filter((pl.col("kind") == "request") | replayed).select(
         *KEYS,
         "session",
         "ts_ms",
@@ -89,6 +100,7 @@ def compare(
         "session",
         "session_index",
         "request",
+        "kind",
         "ts_ms",
         "model",
         "recorded_context",
@@ -160,9 +172,11 @@ def summarize(per_request: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, Any]]:
     sim_cost = float(sessions["sim_cost"].sum()) if sessions.height else 0.0
     shares = sessions["err_cost_share"].drop_nulls().abs().to_numpy()
     median = float(np.median(shares)) if len(shares) else None
+    calls = int((per_request["kind"] == "compaction").sum()) if requests else 0
     overall: dict[str, Any] = {
         "sessions": sessions.height,
         "requests": requests,
+        "compaction_calls": calls,
         "matched": matched,
         "matched_share": matched / requests if requests else None,
         "rec_cost": rec_cost,

@@ -85,7 +85,9 @@ def render(
     """The terminal report: every session, the corpus figures, then the worst sessions."""
     out = [*_table(sessions, labels), ""] if sessions.height else []
     out.append(
-        f"requests compared: {overall['requests']:,} in {overall['sessions']:,} session(s); "
+        f"requests compared: {overall['requests']:,} in {overall['sessions']:,} session(s)"
+        + _calls(overall.get("compaction_calls", 0))
+        + "; "
         f"matched (read and writes within {MATCH_TOLERANCE:.0%} of context): "
         f"{_share(overall['matched_share'])}"
     )
@@ -125,3 +127,8 @@ def render(
         )
         out.extend(_table(worst(sessions, n_worst), labels))
     return "\n".join(out) + "\n"
+
+
+def _calls(n: int) -> str:
+    """What of the requests compared were the recording's logged compaction calls."""
+    return f" ({n:,} of them the recording's compaction calls)" if n else ""

@@ -95,3 +95,30 @@ def test_as_recorded_and_the_bill_agree_on_the_call(traces: tuple[Trace, Trace])
     assert without["cost_total"].sum() == pytest.approx(
         with_call.filter(pl.col("kind") == "request")["cost_total"].sum(), abs=1e-9
     )
+
+
+def test_fidelity_compares_the_logged_compaction_call(traces: tuple[Trace, Trace]) -> None:
+    """The call is compared like a request, before the request it precedes: read 4 over
+    the log's (within 1% of its 11,500), so matched; the unlogged file has no such row."""
+    from simulator.app.fidelity import compare, summarize
+    from simulator.app.fidelity_report import render
+
+    logged, unlogged = traces
+    named = [("t", logged)]
+    per = compare(replay(named, policy.build("as-recorded")), named)
+    assert per.select("request", "kind").rows()[2:] == [(2, "compaction"), (2, "request")]
+    call = per.row(2, named=True)
+    assert (call["rec_cache_read"], call["sim_cache_read"], call["err_cache_read"]) == (
+        10_600,
+        10_604,
+        4,
+    )
+    assert call["recorded_context"] == 11_500 and call["matched"]
+    sessions, overall = summarize(per)
+    assert (overall["requests"], overall["compaction_calls"]) == (4, 1)
+    assert "4 in 1 session(s) (1 of them the recording's compaction calls)" in render(
+        sessions, overall
+    )
+    plain = [("t", unlogged)]
+    other = compare(replay(plain, policy.build("as-recorded")), plain)
+    assert other["kind"].to_list() == ["request"] * 3

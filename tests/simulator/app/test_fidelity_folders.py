@@ -21,6 +21,7 @@ def _rows(session: str, matched: list[bool], rec: list[float], sim: list[float])
             "trace": [session] * n,
             "session_index": [0] * n,
             "session": [session] * n,
+            "kind": ["request"] * n,
             "matched": matched,
             "rec_cache_read": zero,
             "sim_cache_read": zero,
