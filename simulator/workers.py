@@ -19,6 +19,14 @@ KeyboardInterrupt traceback from the middle of an import, and the command ended 
 status 1 (seen here: interrupted 0.3 and 0.8 s after the start). So the fork server is
 started with SIGINT ignored, which it keeps through its imports, and each worker takes
 Ctrl-C back as any Python process has it (`worker_start`), as the workers had it before.
+
+The fork server is started with its standard output and error on /dev/null. It and every
+worker it forks inherit them, and it outlives the command by its interpreter's teardown
+(matplotlib and polars imported): a caller reading the command's output through a pipe
+(`ctxsim run ... | tee`, a CI log, `subprocess.run(capture_output=True)`) saw its end
+70-80 ms after the command had exited (`ctxsim run --policy claude-code` on the shared
+Claude Code corpus). The workers print nothing a user reads: their results and errors go
+back through the pool.
 """
 
 from __future__ import annotations
@@ -26,7 +34,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.context import BaseContext
 
 
@@ -43,9 +54,34 @@ def start_fork_server(context: BaseContext) -> None:
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        forkserver.ensure_running()
+        with _output_on_devnull():
+            forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _output_on_devnull() -> Iterator[None]:
+    """File descriptors 1 and 2 on /dev/null while a child is spawned (this module's
+    docstring), this process's own put back after; nothing where they are not open."""
+    try:
+        saved = [os.dup(1), os.dup(2)]
+    except OSError:
+        yield
+        return
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
 
 
 def worker_start() -> None:
