@@ -863,8 +863,10 @@ def _recorded_parts(
 
 def _compaction_calls(name: str, index: int, session: Session) -> pl.DataFrame | None:
     """The session's logged compaction calls as recorded rows (None without any): at the
-    request of their compaction, on the model of the request before it (the call goes
-    out on the parent's model)."""
+    request of their compaction, on that request's model, as the replay prices a call
+    made before a request (the compiled event does not keep the call's own model; the
+    client sends it on the main loop's, which changes there only where the user switched
+    model and compacted at once)."""
     events = [e for e in session.events if e.call_usage is not None]
     if not events:
         return None
@@ -876,7 +878,7 @@ def _compaction_calls(name: str, index: int, session: Session) -> pl.DataFrame |
         rows["trace"].append(name)
         rows["session_index"].append(index)
         rows["request"].append(e.request)
-        at = min(max(e.request - 1, 0), n - 1) if n else -1
+        at = min(e.request, n - 1) if n else -1
         rows["model"].append(session.models[int(model_of[at])] if at >= 0 else "")
         for column, value in zip(TOKEN_COLUMNS, e.call_usage, strict=True):
             rows[column].append(value)
