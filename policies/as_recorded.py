@@ -60,11 +60,7 @@ class _State(SessionPolicy):
         #: Request -> the response block an unlogged post-turn request wrote through.
         self.post_turn = post_turn_writes(ctx.session)
         #: Request -> the logged usage of the compaction call just before it.
-        self.compaction_calls = {
-            e.request: e.call_usage
-            for e in ctx.session.events
-            if e.call_usage is not None and 0 < e.request < ctx.session.n_requests
-        }
+        self.compaction_calls = ctx.session.logged_calls()
 
     def _sync(self, k: int) -> None:
         if self.prefix.reset(k):  # the client changed its unlogged context: re-chain

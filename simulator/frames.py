@@ -862,24 +862,21 @@ def _recorded_parts(
 
 
 def _compaction_calls(name: str, index: int, session: Session) -> pl.DataFrame | None:
-    """The session's logged compaction calls as recorded rows (None without any): at the
-    request of their compaction, on that request's model, as the replay prices a call
-    made before a request (the compiled event does not keep the call's own model; the
-    client sends it on the main loop's, which changes there only where the user switched
-    model and compacted at once)."""
-    events = [e for e in session.events if e.call_usage is not None]
-    if not events:
+    """The session's logged compaction calls (`Session.logged_calls`) as recorded rows (None
+    without any): at the request of their compaction, on that request's model, as the
+    replay prices a call made before a request (the compiled event does not keep the
+    call's own model; the client sends it on the main loop's, which changes there only
+    where the user switched model and compacted at once)."""
+    calls = session.logged_calls()
+    if not calls:
         return None
-    n = session.n_requests
     model_of = session.requests["model"]
     rows: dict[str, list[Any]] = {c: [] for c in _RECORDED_SCHEMA}
-    for e in events:
-        assert e.call_usage is not None
+    for k, usage in calls.items():
         rows["trace"].append(name)
         rows["session_index"].append(index)
-        rows["request"].append(e.request)
-        at = min(e.request, n - 1) if n else -1
-        rows["model"].append(session.models[int(model_of[at])] if at >= 0 else "")
-        for column, value in zip(TOKEN_COLUMNS, e.call_usage, strict=True):
+        rows["request"].append(k)
+        rows["model"].append(session.models[int(model_of[k])])
+        for column, value in zip(TOKEN_COLUMNS, usage, strict=True):
             rows[column].append(value)
     return pl.DataFrame(rows, schema=_RECORDED_SCHEMA)

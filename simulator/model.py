@@ -262,6 +262,19 @@ class Session:
     def n_requests(self) -> int:
         return len(self.requests)
 
+    def logged_calls(self) -> dict[int, tuple[int, int, int, int, int]]:
+        """Request -> usage of each compaction call the recording logged
+        (`CompactionEvent.call_usage`) that went out before one of the session's requests:
+        what the recording's bill counts and `as-recorded` replays. One at request 0 or
+        after the last request (a session that ends compacting) has no request to go out
+        before: left out of both."""
+        n = self.n_requests
+        return {
+            e.request: e.call_usage
+            for e in self.events
+            if e.call_usage is not None and 0 < e.request < n
+        }
+
     def recorded_context(self) -> I64:
         """Recorded context size per request: input + cache read + cache writes."""
         r = self.requests

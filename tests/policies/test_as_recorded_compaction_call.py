@@ -20,14 +20,15 @@ from simulator.replay import replay
 from tests.traces.test_claude_code_forks import A3, MODEL, Call, conversation, only_trace
 
 
-def _trace(root: Path, *, logged: bool) -> Trace:
+def _trace(root: Path, *, logged: bool, request_after: bool = True) -> Trace:
     main = conversation()
     fork = main.copy(agent="acompact-1")
     fork.user("p1", "summarise the conversation")
     fork.call("c1", Call("msg_c1", (900, 10_600, 0, 2_000)), "the summary")
     main.compaction("b1", pre=10_654)
-    main.user("u3", "third question")
-    main.call("a3", A3)
+    if request_after:
+        main.user("u3", "third question")
+        main.call("a3", A3)
     main.write(root / "proj" / "sess-a.jsonl")
     if logged:
         fork.write(root / "proj" / "sess-a" / "subagents" / "agent-acompact-1.jsonl")
@@ -122,3 +123,27 @@ def test_fidelity_compares_the_logged_compaction_call(traces: tuple[Trace, Trace
     plain = [("t", unlogged)]
     other = compare(replay(plain, policy.build("as-recorded")), plain)
     assert other["kind"].to_list() == ["request"] * 3
+
+
+def test_a_call_with_no_request_after_it_is_left_out_of_both(tmp_path: Path) -> None:
+    """A session that ends compacting: its call has no request to go out before, so the
+    replay cannot send it and the bill leaves it out too (`Session.logged_calls`): both
+    as without the acompact file."""
+    trace = _trace(tmp_path / "logged", logged=True, request_after=False)
+    plain = _trace(tmp_path / "not", logged=False, request_after=False)
+    (session,) = trace.sessions
+    (event,) = session.events
+    assert event.call_usage is not None and event.request == session.n_requests == 2
+    assert session.logged_calls() == {}
+    frame = replay([("t", trace)], policy.build("as-recorded"))
+    assert frame.filter(pl.col("kind") == "compaction").is_empty()
+    without = replay([("t", plain)], policy.build("as-recorded"))
+    assert frame["cost_total"].sum() == without["cost_total"].sum()
+    book = PriceBook()
+    assert recorded_cost([("t", trace)], book) == recorded_cost([("t", plain)], book)
+
+
+def test_the_logged_calls_of_a_session(traces: tuple[Trace, Trace]) -> None:
+    logged, unlogged = traces
+    assert logged.sessions[0].logged_calls() == {2: (900, 10_600, 0, 0, 2_000)}
+    assert unlogged.sessions[0].logged_calls() == {}
