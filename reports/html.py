@@ -527,15 +527,12 @@ def build_report(
         raise ReportError(f"{run_dir.name or run_dir}: the run has no request rows")
     files: dict[str, bytes] = {}
     keys = charts.session_keys(requests, session_limit)
-    if pool is not None:  # the run's charts first: the slowest (reports/charts.py)
-        started = charts.run_charts_started(requests, pool)
-        drawn = charts.session_charts(requests, manifest, keys, pool=pool)
-        per_run = started()
-    else:
-        # One call for every session chart, before the run's charts are drawn: with many,
-        # worker processes start on them meanwhile (reports/charts.py session_charts).
-        drawn = charts.session_charts(requests, manifest, keys, pool=pool)
-        per_run = charts.run_charts(requests)
+    # The run's charts go to `pool`'s workers first, the slowest (reports/charts.py
+    # `run_charts_started`); without a pool they are drawn here at `started()`, after the
+    # session charts' own workers, if any, have started on those (`session_charts`).
+    started = charts.run_charts_started(requests, pool)
+    drawn = charts.session_charts(requests, manifest, keys, pool=pool)
+    per_run = started()
     for name, data in per_run.items():
         files[f"{CHARTS_DIR}/{name}"] = data
     chosen = progress(keys) if progress is not None else keys

@@ -86,7 +86,7 @@ def render(
     out = [*_table(sessions, labels), ""] if sessions.height else []
     out.append(
         f"requests compared: {overall['requests']:,} in {overall['sessions']:,} session(s)"
-        + _calls(overall.get("compaction_calls", 0))
+        + _calls(overall["compaction_calls"])
         + "; "
         f"matched (read and writes within {MATCH_TOLERANCE:.0%} of context): "
         f"{_share(overall['matched_share'])}"
