@@ -9,8 +9,8 @@ request it does not log (a prompt suggestion after an end of turn, `post_turn_wr
 that entry is kept too; the unlogged request itself is not priced (it is not in the
 recording). A compaction call the recording logged (Claude Code's `agent-acompact-*.jsonl`,
 `CompactionEvent.call_usage`) is priced as a call of its own before the first request
-after that compaction (`_compaction_call`), with the logged output; the recording's bill
-counts it too (simulator/frames.py `recorded_priced`).
+after that compaction (`_compaction_call`), at its logged time, with the logged output;
+the recording's bill counts it too (simulator/frames.py `recorded_priced`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 from policies.base import KEPT_WARM_MS, PREFIX_RESETS, WARM_START, previous_message_end
 from policies.prompt_suggestion import post_turn_writes
-from simulator.model import NEVER, RECORDED_CALL_STAGE, Flag
+from simulator.model import NEVER, RECORDED_CALL_STAGE, Flag, LoggedCall
 from simulator.params import Declarations
 from simulator.policy import Call, Emitter, Policy, SessionContext, SessionPolicy, register
 from simulator.prefix import PrefixState, infer
@@ -150,17 +150,28 @@ class _State(SessionPolicy):
         q = previous_message_end(ids, self.n_prefix, self.roles, self.kinds)
         return q if q < mark else -1
 
-    def _compaction_call(self, k: int, out: Emitter, usage: tuple[int, int, int, int, int]) -> None:
+    def _compaction_call(self, k: int, out: Emitter, logged: LoggedCall) -> None:
         """The recording's compaction call before request k: the context request k - 1 sent
         (still the view: k is not synced yet), then what the call added to it (its logged
         input beyond that: the last response and the compaction prompt), with k - 1's TTL.
         Claude Code sends it through its fork helper with `skipCacheWrite` (compact.ts:
         the marker on the message before the prompt, which writes no entry of the fork's
         own), so the message marker goes on the parent's last item, as policies/base.py
-        marks a fork, and what the call added is sent uncached."""
+        marks a fork, and what the call added is sent uncached.
+
+        It is sent when the acompact file logged it (`LoggedCall.ms`), kept between the end
+        of k - 1's response, which it carries, and k, which carries its summary; untimed,
+        at k's send. The two are as far apart as the summary took to write (minutes for a
+        long one), and the call reads k - 1's entry only while that is alive."""
         parent = self.view
         if not parent.ids:
             return
+        usage = logged.usage
+        at_ms = None
+        if logged.ms is not None:
+            ts = self.ctx.ts[k]
+            sent = min(max(logged.ms[0], self.ctx.ts_end[k - 1]), ts)
+            at_ms = (sent, min(max(logged.ms[1], sent), ts))
         view = parent.copy()
         added = sum(usage[:4]) - view.total
         if added > 0:
@@ -170,12 +181,12 @@ class _State(SessionPolicy):
         last = len(parent.ids) - 1
         prefix = [Breakpoint(p, ttl) for p in self.marks if p < last]
         marks = [*prefix[-(MAX_BREAKPOINTS - 1) :], Breakpoint(last, ttl)]
-        out.call(view, Call("compaction", RECORDED_CALL_STAGE, marks, usage[4]))
+        out.call(view, Call("compaction", RECORDED_CALL_STAGE, marks, usage[4], at_ms=at_ms))
 
     def step(self, k: int, out: Emitter) -> None:
-        usage = self.compaction_calls.get(k)
-        if usage is not None:
-            self._compaction_call(k, out, usage)
+        logged = self.compaction_calls.get(k)
+        if logged is not None:
+            self._compaction_call(k, out, logged)
         self._sync(k)
         ttl = self.ctx.recorded_ttl[k]
         view: View = self.view
@@ -217,8 +228,9 @@ class _State(SessionPolicy):
 class AsRecorded(Policy):
     name = "as-recorded"
     #: 2: the client's marker on the last two messages, and the entry the prompt
-    #: suggestion writes when a turn ends (`post_turn_writes`).
-    version = "2"
+    #: suggestion writes when a turn ends (`post_turn_writes`). 3: a logged compaction
+    #: call sent at its own logged time (`_compaction_call`).
+    version = "3"
     defaults: ClassVar[dict[str, object]] = {"warm_start": True, "prefix_resets": True}
     declared: ClassVar[Declarations] = {"warm_start": WARM_START, "prefix_resets": PREFIX_RESETS}
 

@@ -872,7 +872,7 @@ def _compaction_calls(name: str, index: int, session: Session) -> pl.DataFrame |
         return None
     model_of = session.requests["model"]
     rows: dict[str, list[Any]] = {c: [] for c in _RECORDED_SCHEMA}
-    for k, usage in calls.items():
+    for k, (usage, _) in calls.items():
         rows["trace"].append(name)
         rows["session_index"].append(index)
         rows["request"].append(k)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -192,6 +192,19 @@ class CompactionEvent:
     #: write 5m, cache write 1h, output). Claude Code 2.1.8x+ writes that call to
     #: `subagents/agent-acompact-*.jsonl` (traces/claude_code.py); None when not logged.
     call_usage: tuple[int, int, int, int, int] | None = None
+    #: When that call was sent and when its response ended (ms since epoch), as the
+    #: acompact file logged them; None where not logged (compiled before format 6). The
+    #: call goes out before the summary exists, the compacted request after it is
+    #: written: minutes apart when the summary is long, which decides what it reads.
+    call_ms: tuple[int, int] | None = None
+
+
+class LoggedCall(NamedTuple):
+    """A compaction call the recording logged, as `Session.logged_calls` gives it."""
+
+    usage: tuple[int, int, int, int, int]
+    #: (sent, response ended), ms since epoch; None where the recording did not time it.
+    ms: tuple[int, int] | None
 
 
 #: The stage of the rows in which a policy replays a compaction call the recording logged
@@ -262,15 +275,15 @@ class Session:
     def n_requests(self) -> int:
         return len(self.requests)
 
-    def logged_calls(self) -> dict[int, tuple[int, int, int, int, int]]:
-        """Request -> usage of each compaction call the recording logged
+    def logged_calls(self) -> dict[int, LoggedCall]:
+        """Request -> each compaction call the recording logged
         (`CompactionEvent.call_usage`) that went out before one of the session's requests:
         what the recording's bill counts and `as-recorded` replays. One at request 0 or
         after the last request (a session that ends compacting) has no request to go out
         before: left out of both."""
         n = self.n_requests
         return {
-            e.request: e.call_usage
+            e.request: LoggedCall(e.call_usage, e.call_ms)
             for e in self.events
             if e.call_usage is not None and 0 < e.request < n
         }

@@ -93,6 +93,9 @@ class Call:
     flags: dict[str, bool] = field(default_factory=dict)
     #: Whether the provider's prompt cache is used for this call at all.
     cached: bool = True
+    #: When it was sent and its response ended, where the recording timed the call itself
+    #: (a logged compaction call, policies/as_recorded.py); None: the current request's.
+    at_ms: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -272,8 +272,12 @@ class _SessionEngine(Emitter):
         """Price one call sent at `now` and append its row (with the re-fetch columns,
         REFETCH_SCHEMA, when the loop runs, then the loss proxies when asked).
 
-        The per-call path of every replay: one tuple per row, attributes read once."""
+        The per-call path of every replay: one tuple per row, attributes read once. A call
+        the recording timed itself (`Call.at_ms`) is sent and done at its own times."""
         k = self.k
+        done = self.ts_end[k]
+        if call.at_ms is not None:
+            now, done = call.at_ms
         if call.cached:
             m = self.model_index[k]
             cache = self.caches.get(m)
@@ -282,7 +286,7 @@ class _SessionEngine(Emitter):
             response = None
             if cache.holds_responses and call.kind == "request":
                 response = self._response(k, output)
-            usage = cache.request(view, call.breakpoints, now, self.ts_end[k], response)
+            usage = cache.request(view, call.breakpoints, now, done, response)
         else:
             usage = Usage(view.total, 0, 0, 0)
         if self.observe is not None:

@@ -36,7 +36,7 @@ from traces.errors import TraceError
 #: Bump whenever a reader (traces/*) or the builder changes what it puts into a Trace for
 #: the same source bytes (new flags, other token counts, a fixed bug...): every cached
 #: compilation made by the old code is then ignored and compiled again.
-COMPILER_VERSION = "17"
+COMPILER_VERSION = "18"
 #: Environment variable naming the cache directory (takes precedence over XDG).
 ENV_VAR = "CTXSIM_CACHE_DIR"
 

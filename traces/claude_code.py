@@ -1495,7 +1495,8 @@ class _Unit:
         )
 
     def _attach(self, own: list[_Request], copied: list[_Request]) -> bool:
-        """Give the compaction that `own` (an acompact file's own calls) made its usage.
+        """Give the compaction that `own` (an acompact file's own calls) made its usage and
+        its times (`_span`).
 
         The compaction is the first event, without usage yet, of the session holding the
         last call the file copied, at a later request than that call; without copied calls,
@@ -1521,7 +1522,7 @@ class _Unit:
         for s, i in candidates:
             event = self.sessions[s].events[i]
             if event.call_usage is None:
-                self.sessions[s].events[i] = replace(event, call_usage=usage)
+                self.sessions[s].events[i] = replace(event, call_usage=usage, call_ms=_span(own))
                 return True
         return False
 
@@ -1551,6 +1552,13 @@ def _usage_from_originals(chain: list[_File]) -> None:
             if copy is not None and req.usage is not None:
                 copy.usage = req.usage
                 copy.output = req.output
+
+
+def _span(requests: list[_Request]) -> tuple[int, int]:
+    """When the first of a compaction's calls was sent and the last one's response ended
+    (a retry after an error is the same compaction)."""
+    sent = requests[0].ts
+    return sent, max(sent, *(q.end_ts for q in requests))
 
 
 def _sum_usage(requests: list[_Request]) -> tuple[int, int, int, int, int] | None:

@@ -64,7 +64,7 @@ from traces.source import INCOMPLETE_MARKER as INCOMPLETE_MARKER
 
 FORMAT_NAME = "ctxsim compiled trace"
 #: Bumped on any change to the entries, columns, column types or meta.json fields.
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 SUFFIX = ".ctxt"
 
 META = "meta.json"
@@ -214,6 +214,7 @@ def _meta(trace: Trace) -> bytes:
                     "summary_block": operator.index(e.summary_block),
                     "ts": operator.index(e.ts),
                     **_call_usage_meta(e.call_usage),
+                    **_call_ms_meta(e.call_ms),
                 }
                 for e in s.events
             ],
@@ -592,6 +593,25 @@ def _call_usage(e: dict[str, Any], where: str, label: str) -> tuple[int, int, in
     return v[0], v[1], v[2], v[3], v[4]
 
 
+def _call_ms_meta(ms: tuple[int, int] | None) -> dict[str, list[int]]:
+    """An event's `call_ms` entry: absent when the recording did not time its call."""
+    return {} if ms is None else {"call_ms": [operator.index(v) for v in ms]}
+
+
+def _call_ms(e: dict[str, Any], where: str, label: str) -> tuple[int, int] | None:
+    """An event's optional `call_ms`: when the call was sent and its response ended, two
+    times in range, the second not before the first (version 6 on)."""
+    if "call_ms" not in e:
+        return None
+    v = e["call_ms"]
+    ok = isinstance(v, list) and len(v) == 2
+    if not ok or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise _fail(label, f"{where}call_ms is not two times")
+    if not 0 <= v[0] <= v[1] <= MAX_TS_MS:
+        raise _fail(label, f"{where}call_ms {v} is not a send and a later end in range")
+    return v[0], v[1]
+
+
 def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
     """The validated meta.json, with every field present and of the right type."""
     try:
@@ -637,6 +657,7 @@ def _parse_meta(raw: bytes, label: str) -> dict[str, Any]:
                     summary_block=_int(e, "summary_block", ew, label),
                     ts=_int(e, "ts", ew, label),
                     call_usage=_call_usage(e, ew, label),
+                    call_ms=_call_ms(e, ew, label),
                 )
             )
         session: dict[str, Any] = {

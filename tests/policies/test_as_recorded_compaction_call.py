@@ -7,6 +7,7 @@ tests/traces/test_claude_code_forks.py: requests 0-1, the compaction call (900 u
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -20,9 +21,14 @@ from simulator.replay import replay
 from tests.traces.test_claude_code_forks import A3, MODEL, Call, conversation, only_trace
 
 
-def _trace(root: Path, *, logged: bool, request_after: bool = True) -> Trace:
+def _trace(root: Path, *, logged: bool, request_after: bool = True, late: bool = False) -> Trace:
+    """With `late`, the user comes back 4 minutes after request 1's response (the call goes
+    out then) and the summary takes 4 more before request 2 is sent with it."""
     main = conversation()
     fork = main.copy(agent="acompact-1")
+    if late:
+        fork.minutes(2)
+        main.minutes(4)
     fork.user("p1", "summarise the conversation")
     fork.call("c1", Call("msg_c1", (900, 10_600, 0, 2_000)), "the summary")
     main.compaction("b1", pre=10_654)
@@ -144,6 +150,53 @@ def test_a_call_with_no_request_after_it_is_left_out_of_both(tmp_path: Path) -> 
 
 
 def test_the_logged_calls_of_a_session(traces: tuple[Trace, Trace]) -> None:
+    """Timed from the acompact file: sent when its prompt line was written (minute 5 of
+    the transcript), done at its response's line (minute 6)."""
     logged, unlogged = traces
-    assert logged.sessions[0].logged_calls() == {2: (900, 10_600, 0, 0, 2_000)}
+    minute = 60_000
+    start = int(logged.sessions[0].requests["ts"][0]) - minute  # u1, the first line
+    sent, done = start + 5 * minute, start + 6 * minute
+    assert logged.sessions[0].logged_calls() == {2: ((900, 10_600, 0, 0, 2_000), (sent, done))}
     assert unlogged.sessions[0].logged_calls() == {}
+
+
+def _call_row(trace: Trace) -> dict[str, object]:
+    frame = replay([("t", trace)], policy.build("as-recorded"))
+    return frame.filter(pl.col("kind") == "compaction").row(0, named=True)
+
+
+def test_the_call_reads_what_was_alive_when_it_was_sent(tmp_path: Path) -> None:
+    """Request 1 is sent at minute 3 (its response at 4), the call at 7, request 2 at 11:
+    at 7 the 5-minute entry request 1 wrote is alive, so the call reads its 10,604 tokens;
+    priced at request 2's send, as an untimed call is (a trace compiled before format 6),
+    it would find that entry gone and write it again through the parent's last item."""
+    trace = _trace(tmp_path, logged=True, late=True)
+    (session,) = trace.sessions
+    ts = session.requests["ts"].tolist()
+    ((_, ms),) = session.logged_calls().values()
+    assert ms is not None
+    minute = 60_000
+    assert (ts[1], ms[0], ts[2]) == (ts[0] + 2 * minute, ts[0] + 6 * minute, ts[0] + 10 * minute)
+    row = _call_row(trace)
+    assert row["ts_ms"] == ts[0] + 6 * minute
+    got = (row["cache_read"], row["cache_write_5m"], row["uncached_input"])
+    assert got == (10_604, 0, 896)
+
+    (event,) = session.events
+    untimed = replace(session, events=[replace(event, call_ms=None)])
+    row = _call_row(replace(trace, sessions=[untimed]))
+    got = (row["cache_read"], row["cache_write_5m"], row["uncached_input"])
+    assert got == (0, 10_604, 896)
+
+
+def test_a_logged_time_outside_its_requests_is_kept_between_them(tmp_path: Path) -> None:
+    """A call timed before request 1's response ended, or after request 2 was sent (a
+    clock that moved), goes out at the nearest time it can have: when that response
+    ended, or at request 2's send."""
+    trace = _trace(tmp_path, logged=True, late=True)
+    (session,) = trace.sessions
+    (event,) = session.events
+    ts, ends = session.requests["ts"].tolist(), session.requests["ts_end"].tolist()
+    for ms, sent in (((ts[0], ts[0]), ends[1]), ((ts[2] + 1, ts[2] + 9), ts[2])):
+        moved = replace(session, events=[replace(event, call_ms=ms)])
+        assert _call_row(replace(trace, sessions=[moved]))["ts_ms"] == sent

@@ -374,20 +374,30 @@ def test_call_usage_round_trips_and_a_bad_one_is_refused(tmp_path: Path) -> None
     data = compiled.to_bytes(trace)
     back = compiled.from_bytes(data)
     assert back.equals(trace)
-    assert back.sessions[0].events[0].call_usage == (900, 10_600, 0, 0, 2_000)
+    event = back.sessions[0].events[0]
+    assert event.call_usage == (900, 10_600, 0, 0, 2_000)
+    # the fork's prompt line (its 5th) and the call's response (its 6th), a minute apart
+    start = int(back.sessions[0].requests["ts"][0]) - 60_000
+    assert event.call_ms == (start + 5 * 60_000, start + 6 * 60_000)
+    assert event.call_ms is not None
 
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         entries = {name: zf.read(name) for name in zf.namelist()}
-    meta = json.loads(entries["meta.json"])
-    meta["sessions"][0]["events"][0]["call_usage"] = [900, -1, 0, 0, 2_000]
-    entries["meta.json"] = json.dumps(meta).encode()
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, raw in entries.items():
-            zf.writestr(name, raw)
-    with pytest.raises(TraceError) as info:
-        compiled.from_bytes(buf.getvalue())
-    assert info.value.category == "compiled-schema"
+    for key, bad in (
+        ("call_usage", [900, -1, 0, 0, 2_000]),
+        ("call_ms", [event.call_ms[1], event.call_ms[0]]),  # done before it was sent
+        ("call_ms", [event.call_ms[0]]),
+    ):
+        meta = json.loads(entries["meta.json"])
+        meta["sessions"][0]["events"][0][key] = bad
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            for name, raw in entries.items():
+                zf.writestr(name, json.dumps(meta).encode() if name == "meta.json" else raw)
+        with pytest.raises(TraceError) as info:
+            compiled.from_bytes(buf.getvalue())
+        assert info.value.category == "compiled-schema"
+        assert key in str(info.value)
 
 
 def test_a_subagents_compaction_call_goes_to_the_subagent(tmp_path: Path) -> None:

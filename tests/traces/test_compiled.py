@@ -268,7 +268,7 @@ def test_archive_layout() -> None:
     meta = orjson.loads(raw)
     assert orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) == raw
     assert meta["format"] == "ctxsim compiled trace"
-    assert meta["version"] == compiled.FORMAT_VERSION == 5
+    assert meta["version"] == compiled.FORMAT_VERSION == 6
     assert meta["trace_format"] == "claude-code"
     assert [s["n_blocks"] for s in meta["sessions"]] == [40, 0, 12]
     frame = zf.read("columns.zst")
