@@ -275,6 +275,19 @@ class Session:
     def n_requests(self) -> int:
         return len(self.requests)
 
+    def injected_at(self, request: int) -> int:
+        """Tokens of the INJECTED artifacts entering at `request`: what the builder booked
+        for content the client added there unlogged, after a compaction the recorded
+        context after it (Claude Code's restored attachments; Codex's summary, which it
+        does not log, beyond the replacement history it does)."""
+        b = self.blocks
+        injected = (
+            (b["first_request"] == request)
+            & (b["kind"] == Kind.INJECTED)
+            & ((b["flags"] & Flag.ARTIFACT) != 0)
+        )
+        return int(b["tokens"][injected].sum())
+
     def logged_calls(self) -> dict[int, LoggedCall]:
         """Request -> each compaction call the recording logged
         (`CompactionEvent.call_usage`) that went out before one of the session's requests:

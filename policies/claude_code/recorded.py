@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.model import Flag, Kind, Session
+from simulator.model import Session
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,8 @@ def recorded_compactions(session: Session, before: int | None) -> dict[int, Reco
             continue
         summary = int(b["tokens"][e.summary_block])
         if before is not None and e.request < before:
-            attached = (
-                (b["first_request"] == e.request)
-                & (b["kind"] == Kind.INJECTED)
-                & ((b["flags"] & Flag.ARTIFACT) != 0)
-            )
-            tokens = int(b["tokens"][attached].sum())
-            out[e.request] = RecordedCompaction("as-recorded", summary, tokens, e.summary_block)
+            attached = session.injected_at(e.request)
+            out[e.request] = RecordedCompaction("as-recorded", summary, attached, e.summary_block)
         elif e.trigger == "manual":
             out[e.request] = RecordedCompaction("manual", summary, None, e.summary_block)
     return out

@@ -399,19 +399,14 @@ def _summaries(
     history as INJECTED artifacts entering at the event's request (traces/codex.py
     `_compacted`): that, with the summary block's own tokens, is the recording's summary.
     """
-    b = session.blocks
+    tokens = session.blocks["tokens"]
     out: dict[int, tuple[int, int]] = {}
     for e in session.events:
         if not chosen(e):
             continue
-        injected = (
-            (b["first_request"] == e.request)
-            & (b["kind"] == Kind.INJECTED)
-            & ((b["flags"] & Flag.ARTIFACT) != 0)
-        )
-        summary = int(b["tokens"][injected].sum())
+        summary = session.injected_at(e.request)
         if e.summary_block >= 0:
-            summary += int(b["tokens"][e.summary_block])
+            summary += int(tokens[e.summary_block])
         out[e.request] = (summary, e.summary_block)
     return out
 

@@ -412,3 +412,20 @@ def test_loss_columns_equal_a_recount_under_every_policy_on_the_samples() -> Non
         _check_loss_recount(named, name)
     _check_loss_recount(named, "claude-code", ALL_STAGES)
     _check_loss_recount(named, "claude-code", {**ALL_STAGES, "collapse.enabled": True})
+
+
+def test_injected_at_counts_the_artifacts_entering_at_a_request() -> None:
+    """`Session.injected_at`, the unlogged attachments the builder booked at a request:
+    INJECTED blocks flagged ARTIFACT entering there, nothing else."""
+    injected, artifact = int(Kind.INJECTED), int(Flag.ARTIFACT)
+    session = _hand_session(
+        [
+            (injected, 70, 1, NEVER, NEVER, artifact),
+            (injected, 300, 2, NEVER, NEVER, artifact),
+            (injected, 200, 2, NEVER, NEVER, 0),  # a reminder, not booked for the usage
+            (int(Kind.TEXT), 50, 2, NEVER, NEVER, artifact),
+            (injected, 11, 2, NEVER, NEVER, artifact),
+        ],
+        3,
+    )
+    assert [session.injected_at(k) for k in range(3)] == [0, 70, 311]
