@@ -159,19 +159,13 @@ class _State(SessionPolicy):
         own), so the message marker goes on the parent's last item, as policies/base.py
         marks a fork, and what the call added is sent uncached.
 
-        It is sent when the acompact file logged it (`LoggedCall.ms`), kept between the end
-        of k - 1's response, which it carries, and k, which carries its summary; untimed,
-        at k's send. The two are as far apart as the summary took to write (minutes for a
+        It is sent when the acompact file logged it (`Session.compaction_call_ms`), not at
+        k's send: the two are as far apart as the summary took to write (minutes for a
         long one), and the call reads k - 1's entry only while that is alive."""
         parent = self.view
         if not parent.ids:
             return
         usage = logged.usage
-        at_ms = None
-        if logged.ms is not None:
-            ts = self.ctx.ts[k]
-            sent = min(max(logged.ms[0], self.ctx.ts_end[k - 1]), ts)
-            at_ms = (sent, min(max(logged.ms[1], sent), ts))
         view = parent.copy()
         added = sum(usage[:4]) - view.total
         if added > 0:
@@ -181,7 +175,7 @@ class _State(SessionPolicy):
         last = len(parent.ids) - 1
         prefix = [Breakpoint(p, ttl) for p in self.marks if p < last]
         marks = [*prefix[-(MAX_BREAKPOINTS - 1) :], Breakpoint(last, ttl)]
-        out.call(view, Call("compaction", RECORDED_CALL_STAGE, marks, usage[4], at_ms=at_ms))
+        out.call(view, Call("compaction", RECORDED_CALL_STAGE, marks, usage[4], at_ms=logged.ms))
 
     def step(self, k: int, out: Emitter) -> None:
         logged = self.compaction_calls.get(k)

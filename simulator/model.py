@@ -203,8 +203,8 @@ class LoggedCall(NamedTuple):
     """A compaction call the recording logged, as `Session.logged_calls` gives it."""
 
     usage: tuple[int, int, int, int, int]
-    #: (sent, response ended), ms since epoch; None where the recording did not time it.
-    ms: tuple[int, int] | None
+    #: (sent, response ended), ms since epoch (`Session.compaction_call_ms`).
+    ms: tuple[int, int]
 
 
 #: The stage of the rows in which a policy replays a compaction call the recording logged
@@ -288,6 +288,24 @@ class Session:
         )
         return int(b["tokens"][injected].sum())
 
+    def compaction_call_ms(self, event: CompactionEvent) -> tuple[int, int]:
+        """When the recording's compaction call at `event` (0 < request < n) went out and
+        its response ended: the acompact file's times where it logged them
+        (`CompactionEvent.call_ms`), else the event's own time for both (the boundary,
+        written as the summary was done: later than the send by the summary's writing),
+        kept between the end of the response before it, which the call carries, and the
+        send of the request after it, which carries its summary. Not that request's send:
+        the call read what was alive when it went out, and in ../shared/traces/claude-code
+        the next request came 194-29,517 s after each of the five /compact boundaries
+        (an automatic compaction's boundary is at the next request's send, 79-364 s after
+        the previous response: the summary's writing and the turn's own time)."""
+        k = event.request
+        sent, done = event.call_ms if event.call_ms is not None else (event.ts, event.ts)
+        r = self.requests
+        ts = int(r["ts"][k])
+        sent = min(max(sent, int(r["ts_end"][k - 1])), ts)
+        return sent, min(max(done, sent), ts)
+
     def logged_calls(self) -> dict[int, LoggedCall]:
         """Request -> each compaction call the recording logged
         (`CompactionEvent.call_usage`) that went out before one of the session's requests:
@@ -296,7 +314,7 @@ class Session:
         before: left out of both."""
         n = self.n_requests
         return {
-            e.request: LoggedCall(e.call_usage, e.call_ms)
+            e.request: LoggedCall(e.call_usage, self.compaction_call_ms(e))
             for e in self.events
             if e.call_usage is not None and 0 < e.request < n
         }

@@ -375,7 +375,11 @@ class _State(ConversationSession):
             rec = self.recorded[k]
             after = [key for key in conv.items if key > rec.summary_block >= 0]
             conv.remove_blocks(set(after))
-            flags.update(self._compact(out, ttl, rec.stage, rec.summary, attached=rec.attached))
+            flags.update(
+                self._compact(
+                    out, ttl, rec.stage, rec.summary, attached=rec.attached, at_ms=rec.at_ms
+                )
+            )
             conv.append(after)
             if restarted:
                 self.auto.announce_listing(conv)
@@ -413,9 +417,11 @@ class _State(ConversationSession):
         summary: int | None = None,
         *,
         attached: int | None = None,
+        at_ms: tuple[int, int] | None = None,
     ) -> dict[str, bool]:
         """A full compaction. With `attached` the tokens put back after the summary are
-        given (a recorded compaction's), else they are modelled."""
+        given (a recorded compaction's), else they are modelled; with `at_ms` its calls go
+        out when the recording's did (else at the request's time)."""
         attempts = self.auto.compact(
             self.conv, self.ctx.rng, self._current.window, summary, attached=attached
         )
@@ -431,7 +437,7 @@ class _State(ConversationSession):
             )
             name = stage if a.ok else f"{stage}-failed"
             marks = self.breakpoints(a.view, ttl, fork=True)
-            out.call(a.view, Call("compaction", name, marks, output))
+            out.call(a.view, Call("compaction", name, marks, output, at_ms=at_ms))
         if attempts and attempts[-1].ok:
             self.since_last = []
         return {"breaker_trip": True} if self.auto.record(attempts) else {}

@@ -23,6 +23,9 @@ class RecordedCompaction:
     summary: int | None  # the summary block's tokens (None: not logged, drawn)
     attached: int | None  # tokens the client put back after it (None: modelled)
     summary_block: int  # blocks logged after it came after the compaction (-1: none logged)
+    #: When its call went out and ended (`Session.compaction_call_ms`): a /compact is the
+    #: user's action at a recorded time, and the next request may come hours after it.
+    at_ms: tuple[int, int] | None = None
 
 
 def recorded_compactions(session: Session, before: int | None) -> dict[int, RecordedCompaction]:
@@ -34,16 +37,22 @@ def recorded_compactions(session: Session, before: int | None) -> dict[int, Reco
     the policy's own trigger can then start from the recorded state rather than from its
     own earlier compactions."""
     b = session.blocks
+    n = session.n_requests
     out: dict[int, RecordedCompaction] = {}
     for e in session.events:
+        if not 0 < e.request < n:
+            continue  # nothing to compact before the first request, none after the last
+        at_ms = session.compaction_call_ms(e)
         if e.summary_block < 0:
             if e.trigger == "manual":
-                out[e.request] = RecordedCompaction("manual", None, None, -1)
+                out[e.request] = RecordedCompaction("manual", None, None, -1, at_ms)
             continue
         summary = int(b["tokens"][e.summary_block])
         if before is not None and e.request < before:
             attached = session.injected_at(e.request)
-            out[e.request] = RecordedCompaction("as-recorded", summary, attached, e.summary_block)
+            out[e.request] = RecordedCompaction(
+                "as-recorded", summary, attached, e.summary_block, at_ms
+            )
         elif e.trigger == "manual":
-            out[e.request] = RecordedCompaction("manual", summary, None, e.summary_block)
+            out[e.request] = RecordedCompaction("manual", summary, None, e.summary_block, at_ms)
     return out

@@ -15,20 +15,20 @@ import pytest
 
 from simulator import policy
 from simulator.frames import recorded_cost
-from simulator.model import Trace
+from simulator.model import Trace, request_columns
 from simulator.pricing import PriceBook
 from simulator.replay import replay
 from tests.traces.test_claude_code_forks import A3, MODEL, Call, conversation, only_trace
 
 
 def _trace(root: Path, *, logged: bool, request_after: bool = True, late: bool = False) -> Trace:
-    """With `late`, the user comes back 4 minutes after request 1's response (the call goes
-    out then) and the summary takes 4 more before request 2 is sent with it."""
+    """With `late`, the user comes back 3 minutes after request 1's response (the call goes
+    out then) and the summary takes 3 more before the boundary is written."""
     main = conversation()
     fork = main.copy(agent="acompact-1")
     if late:
         fork.minutes(2)
-        main.minutes(4)
+        main.minutes(6)
     fork.user("p1", "summarise the conversation")
     fork.call("c1", Call("msg_c1", (900, 10_600, 0, 2_000)), "the summary")
     main.compaction("b1", pre=10_654)
@@ -166,27 +166,72 @@ def _call_row(trace: Trace) -> dict[str, object]:
 
 
 def test_the_call_reads_what_was_alive_when_it_was_sent(tmp_path: Path) -> None:
-    """Request 1 is sent at minute 3 (its response at 4), the call at 7, request 2 at 11:
-    at 7 the 5-minute entry request 1 wrote is alive, so the call reads its 10,604 tokens;
-    priced at request 2's send, as an untimed call is (a trace compiled before format 6),
+    """Request 1 is sent at minute 3 (its response at 4), the call at 7, the compaction's
+    boundary is written at 11 and request 2 sent at 13 (minutes of the transcript). Opus
+    4.5's entries live 5 minutes from the response's end (simulator/prompt_cache.py), so
+    request 1's lives to 9: the call, sent at 7, reads its 10,604 tokens; priced at the
+    boundary, as a call compiled before its times were kept is, or at request 2's send,
     it would find that entry gone and write it again through the parent's last item."""
     trace = _trace(tmp_path, logged=True, late=True)
     (session,) = trace.sessions
+    (event,) = session.events
     ts = session.requests["ts"].tolist()
     ((_, ms),) = session.logged_calls().values()
-    assert ms is not None
     minute = 60_000
-    assert (ts[1], ms[0], ts[2]) == (ts[0] + 2 * minute, ts[0] + 6 * minute, ts[0] + 10 * minute)
+    t0 = ts[0] - minute
+    assert (ts[1], ms, event.ts, ts[2]) == (
+        t0 + 3 * minute,
+        (t0 + 7 * minute, t0 + 8 * minute),
+        t0 + 11 * minute,
+        t0 + 13 * minute,
+    )
     row = _call_row(trace)
-    assert row["ts_ms"] == ts[0] + 6 * minute
+    assert row["ts_ms"] == ms[0]
     got = (row["cache_read"], row["cache_write_5m"], row["uncached_input"])
     assert got == (10_604, 0, 896)
 
-    (event,) = session.events
     untimed = replace(session, events=[replace(event, call_ms=None)])
     row = _call_row(replace(trace, sessions=[untimed]))
+    assert row["ts_ms"] == event.ts
     got = (row["cache_read"], row["cache_write_5m"], row["uncached_input"])
     assert got == (0, 10_604, 896)
+
+
+def test_an_untimed_call_goes_out_at_its_boundary_not_at_the_next_prompt(
+    tmp_path: Path,
+) -> None:
+    """After a compaction the next prompt can come much later (here 30 minutes after the
+    boundary): a call with no logged times goes out at the boundary's time (minute 5),
+    when request 1's entry (alive to minute 9) is still read."""
+    trace = _trace(tmp_path, logged=True)
+    (session,) = trace.sessions
+    (event,) = session.events
+    late = session.requests.data["ts"].copy()
+    late[2] += 30 * 60_000
+    columns = {**session.requests.data, "ts": late, "ts_end": session.requests["ts_end"].copy()}
+    columns["ts_end"][2] += 30 * 60_000
+    untimed = replace(
+        session,
+        events=[replace(event, call_ms=None)],
+        requests=request_columns(columns),
+    )
+    row = _call_row(replace(trace, sessions=[untimed]))
+    assert row["ts_ms"] == event.ts == int(session.requests["ts_end"][1]) + 60_000
+    assert (row["cache_read"], row["cache_write_5m"]) == (10_604, 0)
+
+
+def test_claude_code_replays_the_recorded_compaction_call_when_it_went_out(
+    tmp_path: Path,
+) -> None:
+    """The Claude Code policy replaying the recording's compactions
+    (`autocompact.as_recorded_before`, as for a /compact) sends its own compaction call at
+    the recording's call time, not at the next request's."""
+    trace = _trace(tmp_path, logged=True, late=True)
+    ((_, ms),) = trace.sessions[0].logged_calls().values()
+    pipeline = policy.build("claude-code", {"autocompact.as_recorded_before": 3})
+    frame = replay([("t", trace)], pipeline)
+    calls = frame.filter(pl.col("kind") == "compaction")
+    assert calls.select("request", "stage", "ts_ms").rows() == [(2, "as-recorded", ms[0])]
 
 
 def test_a_logged_time_outside_its_requests_is_kept_between_them(tmp_path: Path) -> None:
