@@ -277,9 +277,9 @@ class Session:
 
     def injected_at(self, request: int) -> int:
         """Tokens of the INJECTED artifacts entering at `request`: what the builder booked
-        for content the client added there unlogged, after a compaction the recorded
-        context after it (Claude Code's restored attachments; Codex's summary, which it
-        does not log, beyond the replacement history it does)."""
+        for content the client added there without logging it. After a compaction, what
+        the recorded context holds beyond the logged summary: Claude Code's restored
+        attachments; Codex's summary itself, beyond the replacement history it logs."""
         b = self.blocks
         injected = (
             (b["first_request"] == request)

@@ -40,9 +40,10 @@ def recorded_compactions(session: Session, before: int | None) -> dict[int, Reco
     n = session.n_requests
     out: dict[int, RecordedCompaction] = {}
     for e in session.events:
-        if not 0 < e.request < n:
-            continue  # nothing to compact before the first request, none after the last
-        at_ms = session.compaction_call_ms(e)
+        if e.request >= n:
+            continue  # after the last request: nothing to compact for
+        # At request 0 there is no response before the call to time it by: the request's.
+        at_ms = session.compaction_call_ms(e) if e.request else None
         if e.summary_block < 0:
             if e.trigger == "manual":
                 out[e.request] = RecordedCompaction("manual", None, None, -1, at_ms)
