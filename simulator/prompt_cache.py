@@ -23,8 +23,8 @@ Anthropic (explicit breakpoints), per its prompt-caching documentation:
 
 OpenAI (automatic): every prompt is cached as it goes; a later prompt sharing a prefix of
 at least 1,024 tokens reads it in steps (128 tokens by OpenAI's guide; whole 512- and
-1,024-token chunks on gpt-5.5 and 5.6, `OPENAI_FAMILIES`); the older serving (gpt-5.4 before
-GPT-5.5, gpt-5-codex) also holds each response, which the next prompt reads into; no write
+1,024-token chunks on gpt-5.5 and 5.6, `OPENAI_FAMILIES`); the older serving (every gpt-5 model
+before GPT-5.5's launch) also holds each response, which the next prompt reads into; no write
 fee; entries live some minutes after last use (`retention_ms`, fitted per family), a
 prefix kept warm by other sessions as long as it is seeded for. Gemini 2.5+ implicit
 caching works alike with its own minimum. Both are modelled at block granularity: the
@@ -414,6 +414,14 @@ GPT_5_5_LAUNCH_MS = 1_776_902_400_000
 #:   less a tail instead of its response. No session spans the date; the cut is the launch,
 #:   inside the recordings' gap (openai/codex#20301, 2026-05: gpt-5.4 and 5.5 sessions both
 #:   stuck at 4,608 cached tokens, 384 + 8 x 512).
+#: * The serving before GPT-5.5's launch held responses, whatever the gpt-5 model: the two
+#:   recorded there, seven months apart (gpt-5-codex of 2025-09, gpt-5.4 of 2026-04), both
+#:   read into them (below), and every model recorded after it (gpt-5.4 again, 5.5, 5.6,
+#:   5.3-codex-spark) reads prompts only. So the row holding responses is every gpt-5 model
+#:   before the launch (gpt-5, 5.1, 5.2, 5.3-codex and their -codex and -mini: none
+#:   recorded here), and after it a model without a row of its own reads prompts only.
+#:   Spark is kept out (served on other hardware: Cerebras; recorded only after the launch).
+#:   Models older than gpt-5 stay on the generic row.
 #: * Responses (the older gpt-5.4 row, and gpt-5-codex): the cache holds the prompt with the
 #:   response generated after it, and the next prompt, which goes on with that response,
 #:   reads into it up to 48 tokens before its end (`AutomaticCache.response_tail`). Of the
@@ -478,7 +486,8 @@ OPENAI_FAMILIES: list[tuple[str, int, OpenAIFamily]] = [
     (r"gpt-5\.6", 0, OpenAIFamily(15 * 60 * 1000, 128, 1024, 768)),
     (r"gpt-5\.5", 0, OpenAIFamily(60 * 60 * 1000, 0, 512, 384)),
     (r"gpt-5\.4", GPT_5_5_LAUNCH_MS, OpenAIFamily(60 * 60 * 1000, 64, 512, 384)),
-    (r"gpt-5\.4|gpt-5-codex", 0, OpenAIFamily(15 * 60 * 1000, 0, 128, 0, 48)),
+    (r"", GPT_5_5_LAUNCH_MS, OpenAIFamily(15 * 60 * 1000, 0, 128, 0)),
+    (r"gpt-5(?!\.3-codex-spark)", 0, OpenAIFamily(15 * 60 * 1000, 0, 128, 0, 48)),
     (r"", 0, OpenAIFamily(15 * 60 * 1000, 0, 128, 0)),
 ]
 

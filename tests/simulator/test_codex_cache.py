@@ -111,8 +111,16 @@ APRIL, MAY = 1_775_790_000_000, 1_777_604_400_000
         ("gpt-5.4", None, OpenAIFamily(60 * MIN, 64, 512, 384)),
         ("gpt-5.4", APRIL, OpenAIFamily(15 * MIN, 0, 128, 0, 48)),
         ("gpt-5-codex", APRIL, OpenAIFamily(15 * MIN, 0, 128, 0, 48)),
-        ("gpt-5-codex", MAY, OpenAIFamily(15 * MIN, 0, 128, 0, 48)),
+        # the serving before 5.5's launch held responses, whatever the gpt-5 model
+        ("gpt-5.1-codex-max", APRIL, OpenAIFamily(15 * MIN, 0, 128, 0, 48)),
+        ("gpt-5.2", APRIL, OpenAIFamily(15 * MIN, 0, 128, 0, 48)),
+        # after it, a model without a row of its own reads prompts only
+        ("gpt-5-codex", MAY, OpenAIFamily(15 * MIN, 0, 128, 0)),
+        ("gpt-5.2", MAY, OpenAIFamily(15 * MIN, 0, 128, 0)),
         ("gpt-5.3-codex-spark", MAY, OpenAIFamily(15 * MIN, 0, 128, 0)),
+        # spark (other hardware) and models older than gpt-5 never held responses here
+        ("gpt-5.3-codex-spark", APRIL, OpenAIFamily(15 * MIN, 0, 128, 0)),
+        ("o4-mini", APRIL, OpenAIFamily(15 * MIN, 0, 128, 0)),
     ],
 )
 def test_families(model: str, at: int | None, family: OpenAIFamily) -> None:
@@ -332,7 +340,7 @@ def test_unmatched_requests_are_classed_by_what_the_recording_read(tmp_path: Pat
     the state request 0's prompt and response left (the model: 21,248, request 1's), so
     it is the one unmatched request, an older prompt's state; the first is matched."""
     (tmp_path / "r.jsonl").write_bytes(b"\n".join(_rollout("2026-04-10", (0, 20352, 20352))))
-    assert causes(tmp_path) == {"over: an older prompt's state": {"gpt-5.4, gpt-5-codex": 1}}
+    assert causes(tmp_path) == {"over: an older prompt's state": {"gpt-5 before 5.5's launch": 1}}
 
 
 def test_a_read_of_a_start_another_session_read_is_classed_as_such(tmp_path: Path) -> None:
@@ -343,6 +351,8 @@ def test_a_read_of_a_start_another_session_read_is_classed_as_such(tmp_path: Pat
     each session's request 2 is such a read of the other's."""
     reads = (0, 20352, 9984)
     (tmp_path / "a.jsonl").write_bytes(b"\n".join(_rollout("2026-04-10", reads, "a", 15000)))
-    assert causes(tmp_path) == {"over: partial, other": {"gpt-5.4, gpt-5-codex": 1}}
+    assert causes(tmp_path) == {"over: partial, other": {"gpt-5 before 5.5's launch": 1}}
     (tmp_path / "b.jsonl").write_bytes(b"\n".join(_rollout("2026-04-10", reads, "b", 15000)))
-    assert causes(tmp_path) == {"over: a start another session read": {"gpt-5.4, gpt-5-codex": 2}}
+    assert causes(tmp_path) == {
+        "over: a start another session read": {"gpt-5 before 5.5's launch": 2}
+    }

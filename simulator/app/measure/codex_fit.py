@@ -42,7 +42,14 @@ TAILS = [0, 64, 128, 192, 256, 384, 512, 768]
 #: None: the cache holds prompts only.
 RESPONSE_TAILS: list[int | None] = [None, 0, 32, 48, 64, 96, 128]
 #: One label per row of `OPENAI_FAMILIES`, in its order (the last is the generic row).
-FAMILIES = ["gpt-5.6", "gpt-5.5", "gpt-5.4 (5.5's cache)", "gpt-5.4, gpt-5-codex", "other"]
+FAMILIES = [
+    "gpt-5.6",
+    "gpt-5.5",
+    "gpt-5.4 (5.5's cache)",
+    "others from 5.5's launch",
+    "gpt-5 before 5.5's launch",
+    "other",
+]
 
 
 def family(model: str, at_ms: int | None = None) -> str:
