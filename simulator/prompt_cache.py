@@ -421,7 +421,9 @@ GPT_5_5_LAUNCH_MS = 1_776_902_400_000
 #:   before the launch (gpt-5, 5.1, 5.2, 5.3-codex and their -codex and -mini: none
 #:   recorded here), and after it a model without a row of its own reads prompts only.
 #:   Spark is kept out (served on other hardware: Cerebras; recorded only after the launch).
-#:   Models older than gpt-5 stay on the generic row.
+#:   Models older than gpt-5 stay on the generic row. Held out: agentic-neurodata's
+#:   gpt-5-codex under the row fitted on git-sync's gpt-5.4 alone matches 74.6% of its
+#:   requests, under the prompts-only row 56.3% (policies/calibration/codex.md).
 #: * Responses (the older gpt-5.4 row, and gpt-5-codex): the cache holds the prompt with the
 #:   response generated after it, and the next prompt, which goes on with that response,
 #:   reads into it up to 48 tokens before its end (`AutomaticCache.response_tail`). Of the
